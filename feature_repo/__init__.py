@@ -1,0 +1,1 @@
+"""The Feast repository: entities and feature views derived from the data contract."""

@@ -1,0 +1,1 @@
+"""Monitoring: drift and performance jobs, exporters, dashboards (built in later issues)."""

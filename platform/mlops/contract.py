@@ -1,0 +1,181 @@
+"""The data contract: columns, dtypes, categories, ranges, features and the model's input spec.
+
+One definition, read by ingest, validation, feature building, training, export and serving.
+The bundled example is ``contracts/fraud.yaml``; ``Settings.contract_path`` points at another.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from mlops.errors import ConfigError
+
+Dtype = Literal["string", "datetime", "float", "int", "category"]
+Aggregation = Literal["count", "mean", "max", "sum"]
+_WINDOW_UNITS = {"m": "minutes", "h": "hours", "d": "days"}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Column(_Strict):
+    name: str
+    dtype: Dtype
+    nullable: bool = False
+    min: float | None = None
+    max: float | None = None
+    categories: tuple[str, ...] | None = None
+
+    @model_validator(mode="after")
+    def _categories_only_for_category(self) -> Column:
+        if (self.dtype == "category") != (self.categories is not None):
+            raise ValueError(f"column {self.name!r}: categories are required for, and only for, dtype 'category'")
+        return self
+
+
+class Entity(_Strict):
+    name: str
+    join_key: str
+
+
+class FeatureSpec(_Strict):
+    name: str
+    agg: Aggregation
+    window: str = Field(pattern=r"^\d+[mhd]$")
+    column: str | None = None
+
+    @property
+    def window_delta(self) -> timedelta:
+        return timedelta(**{_WINDOW_UNITS[self.window[-1]]: int(self.window[:-1])})
+
+    @model_validator(mode="after")
+    def _column_for_value_aggs(self) -> FeatureSpec:
+        if self.agg != "count" and self.column is None:
+            raise ValueError(f"feature {self.name!r}: aggregation {self.agg!r} needs a column")
+        return self
+
+
+class FeatureViewSpec(_Strict):
+    entity: str
+    features: tuple[FeatureSpec, ...]
+
+    @property
+    def view_name(self) -> str:
+        return f"{self.entity}_features"
+
+
+class NumericInput(_Strict):
+    name: str
+    log1p: bool = False
+
+
+class ModelInputs(_Strict):
+    numeric: tuple[NumericInput, ...]
+    categorical: tuple[str, ...]
+    log1p_features: tuple[str, ...] = ()
+
+
+class LabelRate(_Strict):
+    min: float = Field(ge=0, le=1)
+    max: float = Field(ge=0, le=1)
+
+
+class Split(_Strict):
+    validation_fraction: float = Field(gt=0, lt=0.5)
+    test_fraction: float = Field(gt=0, lt=0.5)
+
+
+class DataContract(_Strict):
+    name: str
+    id_column: str
+    timestamp_column: str
+    label_column: str
+    entities: tuple[Entity, ...]
+    columns: tuple[Column, ...]
+    min_rows: int = Field(ge=1)
+    label_rate: LabelRate
+    unknown_category_tolerance: float = Field(ge=0, lt=1)
+    feature_views: tuple[FeatureViewSpec, ...]
+    model_inputs: ModelInputs
+    split: Split
+
+    @model_validator(mode="after")
+    def _references_resolve(self) -> DataContract:
+        names = {c.name for c in self.columns}
+        entity_names = {e.name for e in self.entities}
+        wanted = [self.id_column, self.timestamp_column, self.label_column]
+        wanted += [e.join_key for e in self.entities]
+        wanted += [n.name for n in self.model_inputs.numeric] + list(self.model_inputs.categorical)
+        wanted += [f.column for v in self.feature_views for f in v.features if f.column]
+        missing = sorted({w for w in wanted if w not in names})
+        if missing:
+            raise ValueError(f"contract references undeclared columns: {missing}")
+        unknown_entities = sorted({v.entity for v in self.feature_views} - entity_names)
+        if unknown_entities:
+            raise ValueError(f"feature views name undeclared entities: {unknown_entities}")
+        feature_names = [f.name for v in self.feature_views for f in v.features]
+        clashes = sorted({f for f in feature_names if feature_names.count(f) > 1 or f in names})
+        if clashes:
+            raise ValueError(f"feature names must be unique and differ from columns: {clashes}")
+        bad_log = sorted(set(self.model_inputs.log1p_features) - set(feature_names))
+        if bad_log:
+            raise ValueError(f"log1p_features names unknown features: {bad_log}")
+        for name in self.model_inputs.categorical:
+            if self.column(name).dtype != "category":
+                raise ValueError(f"categorical model input {name!r} is not a category column")
+        return self
+
+    def column(self, name: str) -> Column:
+        for col in self.columns:
+            if col.name == name:
+                return col
+        raise KeyError(name)
+
+    def entity(self, name: str) -> Entity:
+        for ent in self.entities:
+            if ent.name == name:
+                return ent
+        raise KeyError(name)
+
+    @cached_property
+    def feature_names(self) -> list[str]:
+        return [f.name for v in self.feature_views for f in v.features]
+
+    @cached_property
+    def numeric_inputs(self) -> list[str]:
+        """Model's numeric inputs in graph order: raw request fields, then store features."""
+        return [n.name for n in self.model_inputs.numeric] + self.feature_names
+
+    @cached_property
+    def log1p_mask(self) -> list[bool]:
+        raw = {n.name for n in self.model_inputs.numeric if n.log1p}
+        logged = raw | set(self.model_inputs.log1p_features)
+        return [name in logged for name in self.numeric_inputs]
+
+    @cached_property
+    def request_fields(self) -> list[str]:
+        """Fields a prediction request carries: id, entity keys, timestamp, model's raw inputs."""
+        keys = [e.join_key for e in self.entities]
+        raw = [n.name for n in self.model_inputs.numeric] + list(self.model_inputs.categorical)
+        return [self.id_column, *keys, self.timestamp_column, *raw]
+
+
+def load_contract(path: Path) -> DataContract:
+    """Read and check a contract file; a bad file raises :class:`ConfigError` naming the problem."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError as exc:
+        raise ConfigError(f"contract file not found: {path}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"contract file {path} is not valid YAML: {exc}") from exc
+    try:
+        return DataContract.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"contract file {path} is invalid: {exc}") from exc

@@ -1,0 +1,1 @@
+"""Raw data: the synthetic transaction generator and ingestion into immutable snapshots."""

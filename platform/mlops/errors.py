@@ -1,0 +1,84 @@
+"""One exception hierarchy for the whole platform.
+
+Every error a user can cause or meet derives from :class:`MLOpsError`. Each class carries the HTTP
+status it maps to (used by the serving app's single exception handler) and the CLI exit code.
+"""
+
+from __future__ import annotations
+
+
+class MLOpsError(Exception):
+    """Base of every platform error. ``http_status`` and ``exit_code`` say how it is reported."""
+
+    http_status: int = 500
+    exit_code: int = 1
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+    def to_dict(self) -> dict[str, str]:
+        body = {"error": type(self).__name__, "detail": self.message}
+        if self.field is not None:
+            body["field"] = self.field
+        return body
+
+
+class ConfigError(MLOpsError):
+    """Settings or a contract file are invalid."""
+
+    exit_code = 2
+
+
+class InputError(MLOpsError):
+    """A caller passed something malformed (a bad path, a bad request field)."""
+
+    http_status = 422
+    exit_code = 2
+
+
+class IngestError(InputError):
+    """The raw source cannot be read or is not tabular data."""
+
+
+class DataValidationError(MLOpsError):
+    """The data broke its contract; ``failed`` names the failed expectations."""
+
+    http_status = 422
+    exit_code = 3
+
+    def __init__(self, message: str, *, failed: list[str], report_path: str | None = None) -> None:
+        super().__init__(message)
+        self.failed = failed
+        self.report_path = report_path
+
+
+class TrainingError(MLOpsError):
+    """Training could not produce a usable model."""
+
+
+class ExportParityError(TrainingError):
+    """The exported ONNX graph disagrees with the torch model beyond tolerance."""
+
+
+class NotFoundError(MLOpsError):
+    """A model, version, alias or entity does not exist."""
+
+    http_status = 404
+    exit_code = 4
+
+
+class ModelNotReadyError(MLOpsError):
+    """No model holds the serving alias yet."""
+
+    http_status = 503
+    exit_code = 4
+
+
+class PipelineError(MLOpsError):
+    """A pipeline run failed; ``step`` names the step that stopped it."""
+
+    def __init__(self, message: str, *, step: str | None = None) -> None:
+        super().__init__(message)
+        self.step = step

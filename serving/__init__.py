@@ -1,0 +1,1 @@
+"""The prediction service: FastAPI + ONNX Runtime, serving the model the registry marks production."""
