@@ -1,0 +1,116 @@
+"""`make demo`: generate data, run the pipeline, start the service, send sample transactions from
+the test split, print the answers and the served version, stop the service, say what is next."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from mlops.contract import DataContract, load_contract
+from mlops.data.generator import generate_transactions
+from mlops.errors import MLOpsError
+from mlops.settings import Settings
+from pipelines.runner import run_pipeline, settings_env
+from pipelines.steps.preprocess import time_split
+
+SAMPLES_PER_CLASS = 4
+STARTUP_TIMEOUT_S = 120.0
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def sample_requests(frame: pd.DataFrame, contract: DataContract, per_class: int) -> pd.DataFrame:
+    """A few fraud and legit transactions from the test split, in time order."""
+    test = time_split(frame, contract)["test"]
+    label = contract.label_column
+    picked = pd.concat([test[test[label] == 1].head(per_class), test[test[label] == 0].head(per_class)])
+    return picked.sort_values(contract.timestamp_column)
+
+
+def request_body(row: pd.Series, contract: DataContract) -> dict[str, object]:
+    body = {field: row[field] for field in contract.request_fields}
+    body[contract.timestamp_column] = pd.Timestamp(row[contract.timestamp_column]).isoformat()
+    return json.loads(json.dumps(body, default=str))
+
+
+def start_service(settings: Settings, port: int, log_path: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, **settings_env(settings), "MLOPS_PORT": str(port)}
+    log_file = log_path.open("wb")
+    return subprocess.Popen([sys.executable, "-m", "mlops.cli", "serve"], env=env,
+                            stdout=log_file, stderr=subprocess.STDOUT)
+
+
+def wait_ready(base_url: str, process: subprocess.Popen[bytes], log_path: Path) -> dict[str, object]:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise MLOpsError(f"the service exited with {process.returncode}; see {log_path}")
+        try:
+            response = httpx.get(f"{base_url}/healthz", timeout=2)
+            if response.status_code == 200:
+                body: dict[str, object] = response.json()
+                return body
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    raise MLOpsError(f"the service did not become ready in {STARTUP_TIMEOUT_S:.0f} s; see {log_path}")
+
+
+def run_demo(settings: Settings, rows: int, console: Console) -> None:
+    contract = load_contract(settings.contract_path)
+    demo_dir = settings.resolved_home / "demo"
+    demo_dir.mkdir(parents=True, exist_ok=True)
+    data_path = demo_dir / f"transactions-{rows}-seed{settings.seed}.parquet"
+    started = time.monotonic()
+    with console.status(f"[1/4] generating {rows:,} transactions"):
+        frame = generate_transactions(rows, seed=settings.seed)
+        frame.to_parquet(data_path, index=False)
+    console.print(f"[1/4] {rows:,} transactions ({frame[contract.label_column].mean():.2%} fraud) -> {data_path}")
+    console.print("[2/4] running the training pipeline (kfp.local; each step logs below)")
+    outcome = run_pipeline(str(data_path), settings)
+    console.print(f"[2/4] pipeline done: version {outcome.version} {outcome.decision}d; "
+                  f"production is version {outcome.production_version}")
+    port = free_port(settings.host)
+    base_url = f"http://{settings.host}:{port}"
+    log_path = demo_dir / "serving.log"
+    process = start_service(settings, port, log_path)
+    try:
+        with console.status(f"[3/4] starting the service on {base_url}"):
+            health = wait_ready(base_url, process, log_path)
+        console.print(f"[3/4] service ready at {base_url}, serving {health.get('model_name')} "
+                      f"version {health.get('model_version')}")
+        table = Table("transaction", "amount", "category", "channel", "country", "actual", "probability",
+                      "decision", "model version", title="[4/4] predictions for test-split transactions")
+        with httpx.Client(base_url=base_url, timeout=10) as http:
+            for _, row in sample_requests(frame, contract, SAMPLES_PER_CLASS).iterrows():
+                answer = http.post("/predict", json=request_body(row, contract))
+                answer.raise_for_status()
+                body = answer.json()
+                table.add_row(str(row[contract.id_column]), f"{row['amount']:.2f}", str(row["merchant_category"]),
+                              str(row["channel"]), str(row["country"]),
+                              "fraud" if row[contract.label_column] else "legit",
+                              f"{body['probability']:.4f}", str(body["decision"]), str(body["model_version"]))
+        console.print(table)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    console.print(f"service stopped. Demo took {time.monotonic() - started:.0f} s.")
+    console.print("Next:")
+    console.print(f"  MLflow UI:     .venv/bin/mlflow ui --backend-store-uri {settings.resolved_tracking_uri}")
+    console.print("  keep serving:  make serve   (then POST to http://127.0.0.1:8000/predict)")
+    console.print("  registry:      .venv/bin/mlops model list")

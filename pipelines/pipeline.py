@@ -1,0 +1,38 @@
+"""The training pipeline: ingest -> validate -> preprocess -> train -> evaluate -> (if better) deploy.
+
+Compiled to pipelines/training_pipeline.yaml (IR YAML, committed); `mlops pipeline compile`
+rewrites it and a test fails when it is stale.
+"""
+
+from pathlib import Path
+
+from kfp import compiler, dsl
+
+from pipelines import components
+
+PIPELINE_NAME = "fraud-training"
+COMPILED_PIPELINE = Path(__file__).parent / "training_pipeline.yaml"
+
+
+@dsl.pipeline(name=PIPELINE_NAME,
+              description="Raw transactions to a registered fraud model; promotes only a better one.")
+def training_pipeline(source: str, run_name: str = "") -> None:
+    ingested = components.ingest(source=source, run_name=run_name)
+    run_id = ingested.outputs["run_id"]
+    validated = components.validate(snapshot=ingested.outputs["snapshot"], run_id=run_id)
+    features = components.preprocess(snapshot=ingested.outputs["snapshot"], run_id=run_id)
+    features.after(validated)
+    trained = components.train(train=features.outputs["train"], validation=features.outputs["validation"],
+                               test=features.outputs["test"], run_id=run_id)
+    evaluated = components.evaluate(test=features.outputs["test"], model=trained.outputs["model"],
+                                    model_uri=trained.outputs["Output"], run_id=run_id)
+    with dsl.If(evaluated.outputs["decision"] == "promote", name="better-than-production"):
+        deployed = components.deploy(version=evaluated.outputs["version"], run_id=run_id)
+    # Every step reads or writes shared state (registry, feature store): never reuse cached results.
+    for task in (ingested, validated, features, trained, evaluated, deployed):
+        task.set_caching_options(enable_caching=False)
+
+
+def compile_pipeline(path: Path = COMPILED_PIPELINE) -> Path:
+    compiler.Compiler().compile(training_pipeline, package_path=str(path))
+    return path

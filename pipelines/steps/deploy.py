@@ -1,0 +1,36 @@
+"""Deploy: the tags that record a version's promotion decision, and the promotion itself.
+
+Every registered version carries its decision, metrics and reason as tags (see promotion_tags);
+only a promoted one gets the serving alias and the Production stage (deploy_version).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from mlops import registry
+from mlops.settings import Settings
+from pipelines.steps.evaluate import EvaluationReport
+
+
+def promotion_tags(report: EvaluationReport) -> dict[str, str]:
+    tags = {
+        "decision": report.decision,
+        "decision_reason": report.reason,
+        "promotion_margin": str(report.margin),
+        "production_version_at_evaluation": report.production_version or "none",
+    }
+    tags.update({f"candidate_{k}": f"{v:.6f}" for k, v in report.candidate.model_dump().items()})
+    if report.production is not None:
+        tags.update({f"production_{k}": f"{v:.6f}" for k, v in report.production.model_dump().items()})
+    return tags
+
+
+def deploy_version(settings: Settings, version: str) -> str | None:
+    """Move the serving alias and Production stage to ``version``; returns the version it replaced."""
+    previous = registry.promote(settings, version)
+    registry.tag_version(settings, version, {
+        "deployed_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "replaced_version": previous or "none",
+    })
+    return previous

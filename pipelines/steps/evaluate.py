@@ -1,0 +1,131 @@
+"""Evaluate: holdout metrics at the model's threshold, the production model on the same holdout,
+the promotion decision, and pictures (PR curve, confusion matrix) for people."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict
+from sklearn.metrics import (
+    average_precision_score,
+    confusion_matrix,
+    f1_score,
+    precision_recall_curve,
+    precision_score,
+    recall_score,
+    roc_auc_score,
+)
+
+from mlops.contract import DataContract
+from mlops.inference import OnnxModel
+
+Decision = Literal["promote", "reject"]
+
+
+class Metrics(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    f1: float
+    precision: float
+    recall: float
+    roc_auc: float
+    pr_auc: float
+    threshold: float
+
+
+class EvaluationReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    candidate: Metrics
+    production: Metrics | None
+    production_version: str | None
+    margin: float
+    decision: Decision
+    reason: str
+
+
+def compute_metrics(labels: np.ndarray, proba: np.ndarray, threshold: float) -> Metrics:
+    predicted = (proba >= threshold).astype(int)
+    both_classes = len(np.unique(labels)) == 2
+    return Metrics(
+        f1=float(f1_score(labels, predicted, zero_division=0)),
+        precision=float(precision_score(labels, predicted, zero_division=0)),
+        recall=float(recall_score(labels, predicted, zero_division=0)),
+        roc_auc=float(roc_auc_score(labels, proba)) if both_classes else float("nan"),
+        pr_auc=float(average_precision_score(labels, proba)) if both_classes else float("nan"),
+        threshold=threshold,
+    )
+
+
+def decide(candidate: Metrics, production: Metrics | None, margin: float) -> tuple[Decision, str]:
+    """Promote only when the candidate's F1 beats production's by ``margin`` (or nothing is served)."""
+    if production is None:
+        return "promote", "no model in production yet"
+    needed = production.f1 + margin
+    if candidate.f1 >= needed:
+        return "promote", f"F1 {candidate.f1:.4f} beats production {production.f1:.4f} by >= {margin}"
+    return "reject", f"F1 {candidate.f1:.4f} does not beat production {production.f1:.4f} + margin {margin}"
+
+
+def evaluate(test: pd.DataFrame, contract: DataContract, candidate: OnnxModel,
+             production: OnnxModel | None, production_version: str | None, margin: float,
+             out_dir: Path) -> EvaluationReport:
+    """Score both models on ``test``, decide, and write pr_curve.png and confusion_matrix.png."""
+    labels = test[contract.label_column].to_numpy().astype(int)
+    proba = candidate.predict_proba(test)
+    cand_metrics = compute_metrics(labels, proba, candidate.threshold)
+    prod_metrics = None
+    prod_proba = None
+    if production is not None:
+        prod_proba = production.predict_proba(test)
+        prod_metrics = compute_metrics(labels, prod_proba, production.threshold)
+    decision, reason = decide(cand_metrics, prod_metrics, margin)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _plot_pr_curves(labels, proba, prod_proba, production_version, out_dir / "pr_curve.png")
+    _plot_confusion(labels, (proba >= candidate.threshold).astype(int), out_dir / "confusion_matrix.png")
+    return EvaluationReport(candidate=cand_metrics, production=prod_metrics,
+                            production_version=production_version, margin=margin,
+                            decision=decision, reason=reason)
+
+
+def _plot_pr_curves(labels: np.ndarray, proba: np.ndarray, prod_proba: np.ndarray | None,
+                    prod_version: str | None, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    curves = [("candidate", proba)] + ([(f"production v{prod_version}", prod_proba)] if prod_proba is not None else [])
+    for label, scores in curves:
+        precision, recall, _ = precision_recall_curve(labels, scores)
+        ax.plot(recall, precision, label=f"{label} (AP={average_precision_score(labels, scores):.3f})")
+    ax.axhline(labels.mean(), color="grey", linestyle=":", label="chance")
+    ax.set(xlabel="recall", ylabel="precision", title="Precision-recall on the test split",
+           xlim=(0, 1), ylim=(0, 1.02))
+    ax.legend(loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _plot_confusion(labels: np.ndarray, predicted: np.ndarray, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    matrix = confusion_matrix(labels, predicted, labels=[0, 1])
+    fig, ax = plt.subplots(figsize=(4.5, 4))
+    ax.imshow(matrix, cmap="Blues")
+    for (row, col), count in np.ndenumerate(matrix):
+        colour = "white" if count > matrix.max() / 2 else "black"
+        ax.text(col, row, str(count), ha="center", va="center", color=colour)
+    ax.set(xticks=[0, 1], yticks=[0, 1], xticklabels=["legit", "fraud"], yticklabels=["legit", "fraud"],
+           xlabel="predicted", ylabel="actual", title="Confusion matrix (test split)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

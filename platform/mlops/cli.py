@@ -1,0 +1,163 @@
+"""The ``mlops`` command line. Commands name pipelines/ and serving/ lazily (inside functions),
+so the core never imports them at import time. Errors print one line and exit non-zero:
+2 for bad input (including data that breaks its contract), 1 for everything else."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from mlops.errors import MLOpsError, PipelineError
+from mlops.settings import Settings
+
+app = typer.Typer(help="MLOps platform: data -> validated features -> model -> registry -> endpoint.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+data_app = typer.Typer(help="Generate and ingest raw data.", no_args_is_help=True)
+pipeline_app = typer.Typer(help="Compile and run the training pipeline.", no_args_is_help=True)
+model_app = typer.Typer(help="Inspect the model registry.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+app.add_typer(pipeline_app, name="pipeline")
+app.add_typer(model_app, name="model")
+console = Console()
+err_console = Console(stderr=True)
+_BAD_INPUT_STEPS = {"ingest", "validate"}
+
+
+def _fail(exc: MLOpsError) -> NoReturn:
+    err_console.print(f"[bold red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
+    code = exc.exit_code
+    if isinstance(exc, PipelineError):
+        code = 2 if exc.step in _BAD_INPUT_STEPS else 1
+    raise typer.Exit(code)
+
+
+def _settings() -> Settings:
+    from pydantic import ValidationError
+
+    try:
+        return Settings()
+    except ValidationError as exc:
+        err_console.print(f"[bold red]error:[/] invalid MLOPS_* setting: {exc}")
+        raise typer.Exit(2) from exc
+
+
+@data_app.command("generate")
+def generate(
+    out: Annotated[Path, typer.Option(help="Where to write the data (.parquet or .csv).")],
+    rows: Annotated[int, typer.Option(min=100, help="Number of transactions.")] = 60_000,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 42,
+    scenario: Annotated[str, typer.Option(help="Drift scenario (none, amount_inflation, ...).")] = "none",
+    fraud_rate: Annotated[float, typer.Option(min=0.001, max=0.2, help="Share of fraud.")] = 0.015,
+) -> None:
+    """Write seeded synthetic card transactions."""
+    from mlops.data.generator import SCENARIOS, generate_transactions
+
+    if scenario not in SCENARIOS:
+        err_console.print(f"[bold red]error:[/] unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
+        raise typer.Exit(2)
+    if out.suffix not in {".parquet", ".csv"}:
+        err_console.print(f"[bold red]error:[/] --out must end in .parquet or .csv, got {out.name!r}")
+        raise typer.Exit(2)
+    with console.status(f"generating {rows:,} transactions"):
+        frame = generate_transactions(rows, seed=seed, scenario=scenario, fraud_rate=fraud_rate)  # type: ignore[arg-type]
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.suffix == ".csv":
+            frame.to_csv(out, index=False)
+        else:
+            frame.to_parquet(out, index=False)
+    console.print(f"wrote {len(frame):,} transactions ({frame['is_fraud'].mean():.2%} fraud) to {out}")
+
+
+@data_app.command("ingest")
+def ingest_command(source: Annotated[str, typer.Argument(help="CSV/Parquet path or URL.")]) -> None:
+    """Snapshot a source into the immutable snapshot store and print its hash."""
+    from mlops.contract import load_contract
+    from mlops.data.ingest import ingest
+
+    settings = _settings()
+    try:
+        snapshot = ingest(source, settings.snapshots_dir, load_contract(settings.contract_path))
+    except MLOpsError as exc:
+        _fail(exc)
+    console.print(f"snapshot {snapshot.sha256} ({snapshot.rows:,} rows) at {snapshot.path}")
+
+
+@pipeline_app.command("compile")
+def compile_command(
+    check: Annotated[bool, typer.Option(help="Only check that the committed YAML is current.")] = False,
+) -> None:
+    """Compile the pipeline to IR YAML (pipelines/training_pipeline.yaml)."""
+    import tempfile
+
+    from pipelines.pipeline import COMPILED_PIPELINE, compile_pipeline
+
+    if not check:
+        console.print(f"compiled to {compile_pipeline()}")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        fresh = compile_pipeline(Path(tmp) / "pipeline.yaml").read_text()
+    if not COMPILED_PIPELINE.exists() or fresh != COMPILED_PIPELINE.read_text():
+        err_console.print(f"[bold red]error:[/] {COMPILED_PIPELINE} is stale; run `mlops pipeline compile`")
+        raise typer.Exit(1)
+    console.print(f"{COMPILED_PIPELINE} is current")
+
+
+@pipeline_app.command("run")
+def run_command(
+    source: Annotated[str, typer.Argument(help="CSV/Parquet path or URL of raw transactions.")],
+    run_name: Annotated[str, typer.Option(help="MLflow run name (default: timestamped).")] = "",
+) -> None:
+    """Run the compiled pipeline locally with kfp.local."""
+    from pipelines.runner import run_pipeline
+
+    settings = _settings()
+    try:
+        outcome = run_pipeline(source, settings, run_name=run_name or None)
+    except MLOpsError as exc:
+        _fail(exc)
+    console.print(f"run {outcome.run_name} ({outcome.run_id}): registered version {outcome.version}, "
+                  f"decision [bold]{outcome.decision}[/]; serving alias -> version {outcome.production_version}")
+
+
+@model_app.command("list")
+def list_command() -> None:
+    """Registered versions with their aliases and decision tags."""
+    from mlops import registry
+
+    settings = _settings()
+    table = Table("version", "aliases", "decision", "candidate F1", "reason")
+    for row in registry.list_versions(settings):
+        table.add_row(row["version"], row["aliases"], row.get("decision", ""), row.get("candidate_f1", ""),
+                      row.get("decision_reason", ""))
+    console.print(table)
+
+
+@app.command("serve")
+def serve_command() -> None:
+    """Serve the production model over REST (host/port from MLOPS_HOST / MLOPS_PORT)."""
+    from serving.main import run
+
+    settings = _settings()
+    run(settings)
+
+
+@app.command("demo")
+def demo_command(
+    rows: Annotated[int | None, typer.Option(help="Transactions to generate (default MLOPS_DEMO_ROWS).")] = None,
+) -> None:
+    """Generate data, run the pipeline, serve the model, send sample transactions, stop."""
+    from pipelines.demo import run_demo
+
+    settings = _settings()
+    try:
+        run_demo(settings, rows or settings.demo_rows, console)
+    except MLOpsError as exc:
+        _fail(exc)
+
+
+if __name__ == "__main__":
+    app()

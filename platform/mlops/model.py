@@ -1,0 +1,116 @@
+"""The fraud model: an MLP over standardized numeric inputs and per-column categorical embeddings.
+
+Preprocessing that must match at serving time (log1p, standardization) lives in the module as
+buffers, so it is exported into the ONNX graph with the weights. String -> index encoding uses the
+contract's category lists, with index 0 reserved for unknown values, so training and serving agree.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from mlops.contract import DataContract
+
+UNKNOWN_INDEX = 0
+_STD_FLOOR = 1e-6
+
+
+def fit_vocabularies(contract: DataContract) -> dict[str, list[str]]:
+    """Vocabulary per categorical model input, taken from the contract (not from the data)."""
+    vocabs: dict[str, list[str]] = {}
+    for name in contract.model_inputs.categorical:
+        categories = contract.column(name).categories
+        if categories is None:  # the contract validator already forbids this; narrows the type
+            raise ValueError(f"categorical model input {name!r} has no categories")
+        vocabs[name] = list(categories)
+    return vocabs
+
+
+def encode(
+    frame: pd.DataFrame, contract: DataContract, vocabs: dict[str, list[str]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Raw frame -> (numeric float32 [N, k] in contract order, category indices int64 [N, c])."""
+    numeric = frame[contract.numeric_inputs].to_numpy(dtype=np.float32)
+    columns = []
+    for name in contract.model_inputs.categorical:
+        # Index i+1 for the i-th category; anything else (unseen, missing) maps to UNKNOWN_INDEX.
+        lookup = {value: i + 1 for i, value in enumerate(vocabs[name])}
+        columns.append(frame[name].astype(str).map(lookup).fillna(UNKNOWN_INDEX).to_numpy(np.int64))
+    categorical = np.stack(columns, axis=1) if columns else np.zeros((len(frame), 0), np.int64)
+    return np.ascontiguousarray(numeric), np.ascontiguousarray(categorical)
+
+
+def _embedding_dim(cardinality: int) -> int:
+    # Small vocabularies need few dimensions; cap keeps the model tiny and quick to export.
+    return int(min(8, max(2, round(1.6 * cardinality**0.56))))
+
+
+class FraudMLP(nn.Module):
+    """MLP scoring one transaction; ``forward`` gives the fraud probability, ``logits`` the raw score."""
+
+    mean: torch.Tensor
+    std: torch.Tensor
+    log_mask: torch.Tensor
+
+    def __init__(
+        self,
+        log1p_mask: list[bool],
+        cardinalities: list[int],
+        hidden: tuple[int, ...] = (64, 32),
+        dropout: float = 0.1,
+    ) -> None:
+        super().__init__()
+        n_numeric = len(log1p_mask)
+        self.register_buffer("log_mask", torch.tensor(log1p_mask, dtype=torch.bool))
+        self.register_buffer("mean", torch.zeros(n_numeric))
+        self.register_buffer("std", torch.ones(n_numeric))
+        # +1 row per table for the unknown index 0.
+        tables = [nn.Embedding(c + 1, _embedding_dim(c + 1)) for c in cardinalities]
+        self.embeddings = nn.ModuleList(tables)
+        width = n_numeric + sum(t.embedding_dim for t in tables)
+        layers: list[nn.Module] = []
+        for size in hidden:
+            layers += [nn.Linear(width, size), nn.ReLU(), nn.Dropout(dropout)]
+            width = size
+        layers.append(nn.Linear(width, 1))
+        self.mlp = nn.Sequential(*layers)
+
+    @classmethod
+    def for_contract(cls, contract: DataContract, vocabs: dict[str, list[str]]) -> FraudMLP:
+        return cls(contract.log1p_mask, [len(vocabs[n]) for n in contract.model_inputs.categorical])
+
+    def _transform(self, numeric: torch.Tensor) -> torch.Tensor:
+        return torch.where(self.log_mask, torch.log1p(torch.clamp(numeric, min=0.0)), numeric)
+
+    @torch.no_grad()
+    def fit_scaler(self, numeric: np.ndarray) -> None:
+        """Fit the standardization buffers on training inputs (after log1p)."""
+        transformed = self._transform(torch.as_tensor(numeric, dtype=torch.float32, device=self.mean.device))
+        self.mean.copy_(transformed.mean(dim=0))
+        self.std.copy_(transformed.std(dim=0, unbiased=False).clamp(min=_STD_FLOOR))
+
+    def logits(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
+        """Raw score [N]; training uses this with BCEWithLogitsLoss for numerical stability."""
+        scaled = (self._transform(numeric) - self.mean) / self.std
+        parts = [scaled] + [emb(categorical[:, i]) for i, emb in enumerate(self.embeddings)]
+        out: torch.Tensor = self.mlp(torch.cat(parts, dim=1))
+        return out.squeeze(1)
+
+    def forward(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.logits(numeric, categorical))
+
+    @torch.no_grad()
+    def predict_proba(self, numeric: np.ndarray, categorical: np.ndarray) -> np.ndarray:
+        """Probabilities for encoded arrays, in eval mode on the model's device."""
+        device = self.mean.device
+        was_training = self.training
+        self.eval()
+        try:
+            probs = self(torch.as_tensor(numeric, device=device), torch.as_tensor(categorical, device=device))
+        finally:
+            self.train(was_training)
+        result: np.ndarray = probs.cpu().numpy()
+        return result

@@ -1,0 +1,155 @@
+"""Export the torch model to one self-contained ONNX graph over raw request fields, and prove parity.
+
+The graph's inputs are the contract's raw fields (numeric float32 [batch, 1], categorical string
+[batch, 1]). A small ONNX head maps strings to vocabulary indices (ai.onnx.ml LabelEncoder, unknown
+-> 0) and stacks the fields; the torch part (log1p, standardization, MLP) follows. Serving feeds
+raw values and never re-implements preprocessing.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pandas as pd
+import torch
+from onnx import TensorProto, compose, helper
+
+from mlops.contract import DataContract
+from mlops.errors import ExportParityError
+from mlops.inference import OnnxModel
+from mlops.model import UNKNOWN_INDEX, FraudMLP, encode
+
+OUTPUT_NAME = "probability"
+BATCH_DIM = "batch"
+_ML_DOMAIN = "ai.onnx.ml"
+_ML_OPSET = 3
+_NET_PREFIX = "net/"  # keeps the torch graph's internal names clear of contract field names
+_NUMERIC = "numeric"
+_CATEGORICAL = "categorical"
+
+
+def _export_torch(model: FraudMLP, n_numeric: int, n_categorical: int) -> onnx.ModelProto:
+    example = (torch.zeros(2, n_numeric), torch.zeros(2, n_categorical, dtype=torch.int64))
+    batch = torch.export.Dim.DYNAMIC
+    with warnings.catch_warnings():
+        # torch's own pytree code trips its deprecation shim; nothing here can change that.
+        warnings.filterwarnings(
+            "ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning
+        )
+        program = torch.onnx.export(
+            model,
+            example,
+            input_names=[_NUMERIC, _CATEGORICAL],
+            output_names=[OUTPUT_NAME],
+            dynamic_shapes=({0: batch}, {0: batch}),
+            dynamo=True,
+            verbose=False,
+        )
+    if program is None:  # only the legacy exporter returns None
+        raise RuntimeError("torch.onnx.export returned no program")
+    return program.model_proto
+
+
+def _field_input(name: str, elem_type: int) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem_type, [BATCH_DIM, 1])
+
+
+def _preprocessing_head(
+    contract: DataContract, vocabs: dict[str, list[str]], opset: int, ir_version: int
+) -> onnx.ModelProto:
+    """Raw per-field inputs -> (numeric [batch, k] float32, categorical [batch, c] int64)."""
+    numeric = contract.numeric_inputs
+    categorical = list(contract.model_inputs.categorical)
+    inputs = [_field_input(n, TensorProto.FLOAT) for n in numeric]
+    inputs += [_field_input(n, TensorProto.STRING) for n in categorical]
+    nodes = [helper.make_node("Concat", numeric, [_NUMERIC], axis=1, name="stack_numeric")]
+    encoded = []
+    for name in categorical:
+        index_name = f"{name}__index"
+        nodes.append(helper.make_node(
+            "LabelEncoder", [name], [index_name], domain=_ML_DOMAIN, name=f"encode_{name}",
+            keys_strings=vocabs[name],
+            values_int64s=list(range(UNKNOWN_INDEX + 1, len(vocabs[name]) + 1)),
+            default_int64=UNKNOWN_INDEX,
+        ))
+        encoded.append(index_name)
+    nodes.append(helper.make_node("Concat", encoded, [_CATEGORICAL], axis=1, name="stack_categorical"))
+    outputs = [
+        helper.make_tensor_value_info(_NUMERIC, TensorProto.FLOAT, [BATCH_DIM, len(numeric)]),
+        helper.make_tensor_value_info(_CATEGORICAL, TensorProto.INT64, [BATCH_DIM, len(categorical)]),
+    ]
+    graph = helper.make_graph(nodes, "preprocessing", inputs, outputs)
+    opsets = [helper.make_opsetid("", opset), helper.make_opsetid(_ML_DOMAIN, _ML_OPSET)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=ir_version)
+
+
+def export_onnx(
+    model: FraudMLP,
+    contract: DataContract,
+    vocabs: dict[str, list[str]],
+    path: Path,
+    *,
+    threshold: float,
+    metadata: dict[str, str],
+) -> Path:
+    """Write the model as one ONNX file taking raw fields; returns the path written."""
+    if not contract.model_inputs.categorical:
+        raise ValueError("export needs at least one categorical model input")
+    model = model.to("cpu").eval()
+    net = _export_torch(model, len(contract.numeric_inputs), len(contract.model_inputs.categorical))
+    net = compose.add_prefix(net, _NET_PREFIX, rename_outputs=False)
+    opset = next(o.version for o in net.opset_import if o.domain in ("", "ai.onnx"))
+    head = _preprocessing_head(contract, vocabs, opset, net.ir_version)
+    merged = compose.merge_models(
+        head, net, io_map=[(_NUMERIC, _NET_PREFIX + _NUMERIC), (_CATEGORICAL, _NET_PREFIX + _CATEGORICAL)],
+        producer_name="mlops.onnx_export",
+    )
+    # merge_models concatenates both opset lists; keep one entry per domain.
+    opsets = {o.domain: o.version for o in merged.opset_import}
+    del merged.opset_import[:]
+    merged.opset_import.extend(helper.make_opsetid(d, v) for d, v in opsets.items())
+    # The torch exporter names the batch symbol itself; make the output agree with the inputs.
+    out_shape = merged.graph.output[0].type.tensor_type.shape
+    del out_shape.dim[:]
+    out_shape.dim.add().dim_param = BATCH_DIM
+    input_names = [i.name for i in merged.graph.input]
+    props = {
+        **metadata,
+        "threshold": repr(float(threshold)),
+        "contract": contract.name,
+        "input_names": json.dumps(input_names),
+    }
+    del merged.metadata_props[:]
+    helper.set_model_props(merged, props)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save_model(merged, str(path))
+    onnx.checker.check_model(str(path), full_check=True)
+    return path
+
+
+def check_parity(
+    model: FraudMLP,
+    onnx_path: Path,
+    frame: pd.DataFrame,
+    contract: DataContract,
+    vocabs: dict[str, list[str]],
+    tolerance: float,
+) -> float:
+    """Max |torch - onnxruntime| probability over ``frame``; raises ExportParityError above tolerance."""
+    numeric, categorical = encode(frame, contract, vocabs)
+    expected = model.to("cpu").predict_proba(numeric, categorical)
+    actual = OnnxModel(onnx_path).predict_proba(frame)
+    if actual.shape != expected.shape:
+        raise ExportParityError(f"ONNX output shape {actual.shape} != torch output shape {expected.shape}")
+    max_diff = float(np.max(np.abs(actual.astype(np.float64) - expected.astype(np.float64)), initial=0.0))
+    if not max_diff <= tolerance:  # also catches NaN
+        raise ExportParityError(
+            f"ONNX export disagrees with torch: max abs diff {max_diff:.3g} > tolerance {tolerance:.3g} "
+            f"over {len(frame)} rows"
+        )
+    return max_diff
