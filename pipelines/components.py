@@ -67,25 +67,27 @@ def train(train: Input[Dataset], validation: Input[Dataset], test: Input[Dataset
 
 @dsl.component(base_image=PIPELINE_IMAGE, install_kfp_package=False)
 def evaluate(test: Input[Dataset], model: Input[Model], model_uri: str, run_id: str,
-             evaluation: Output[Artifact]) -> NamedTuple(  # type: ignore[valid-type]
-    "EvaluateOutputs", [("decision", str), ("version", str)]
-):
-    """Holdout metrics vs. production; registers the candidate with its decision."""
-    from collections import namedtuple
+             evaluation: Output[Artifact]) -> str:
+    """Holdout metrics vs. production; registers the candidate; returns "promote" or "reject".
+
+    A single plain output on purpose: kfp.local resolves dsl.If conditions on a task's single
+    output but not on a named field of a NamedTuple output (kfp 2.17). The registered version
+    is read from the MLflow run by deploy.
+    """
     from pathlib import Path
 
     from pipelines.tasks import configure_logging, evaluate_task
 
     configure_logging()
-    decision, version = evaluate_task(Path(test.path), Path(model.path), model_uri, run_id,
-                                      Path(evaluation.path))
-    return namedtuple("EvaluateOutputs", ["decision", "version"])(decision, version)
+    decision, _version = evaluate_task(Path(test.path), Path(model.path), model_uri, run_id,
+                                       Path(evaluation.path))
+    return decision
 
 
 @dsl.component(base_image=PIPELINE_IMAGE, install_kfp_package=False)
-def deploy(version: str, run_id: str) -> None:
-    """Move the serving alias and Production stage to the promoted version."""
+def deploy(run_id: str) -> None:
+    """Move the serving alias and Production stage to the version this run registered."""
     from pipelines.tasks import configure_logging, deploy_task
 
     configure_logging()
-    deploy_task(version, run_id)
+    deploy_task(run_id)

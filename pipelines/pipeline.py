@@ -26,8 +26,8 @@ def training_pipeline(source: str, run_name: str = "") -> None:
                                test=features.outputs["test"], run_id=run_id)
     evaluated = components.evaluate(test=features.outputs["test"], model=trained.outputs["model"],
                                     model_uri=trained.outputs["Output"], run_id=run_id)
-    with dsl.If(evaluated.outputs["decision"] == "promote", name="better-than-production"):
-        deployed = components.deploy(version=evaluated.outputs["version"], run_id=run_id)
+    with dsl.If(evaluated.outputs["Output"] == "promote", name="better-than-production"):
+        deployed = components.deploy(run_id=run_id)
     # Every step reads or writes shared state (registry, feature store): never reuse cached results.
     for task in (ingested, validated, features, trained, evaluated, deployed):
         task.set_caching_options(enable_caching=False)

@@ -34,7 +34,6 @@ def settings_env(settings: Settings) -> dict[str, str]:
     env = {f"MLOPS_{k.upper()}": str(v) for k, v in settings.model_dump(exclude_none=True).items()}
     env["MLOPS_HOME"] = str(settings.resolved_home)
     env["MLOPS_CONTRACT_PATH"] = str(settings.contract_path.expanduser().resolve())
-    env["MLOPS_TRACKING_URI"] = settings.resolved_tracking_uri
     return env
 
 

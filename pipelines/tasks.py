@@ -21,7 +21,7 @@ import pandas as pd
 from mlops import registry
 from mlops.contract import DataContract, load_contract
 from mlops.data.ingest import ingest
-from mlops.errors import DataValidationError
+from mlops.errors import DataValidationError, PipelineError
 from mlops.inference import OnnxModel
 from mlops.settings import Settings
 from pipelines.steps.deploy import deploy_version, promotion_tags
@@ -167,9 +167,12 @@ def evaluate_task(test: Path, model_dir: Path, model_uri: str, run_id: str,
     return report.decision, version
 
 
-def deploy_task(version: str, run_id: str) -> None:
-    """Point the serving alias (and the Production stage) at ``version``."""
+def deploy_task(run_id: str) -> None:
+    """Point the serving alias (and the Production stage) at the version this run registered."""
     settings, _ = _context()
+    version = registry.client(settings).get_run(run_id).data.tags.get("registered_version")
+    if version is None:
+        raise PipelineError(f"MLflow run {run_id} registered no model version; nothing to deploy", step="deploy")
     with tracked_step(run_id, "deploy"):
         previous = deploy_version(settings, version)
         mlflow.set_tags({"deployed_version": version})

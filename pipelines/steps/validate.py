@@ -158,12 +158,14 @@ def _run_suite(frame: pd.DataFrame, plan: list[tuple[str, dict[str, Any]]]) -> l
             expectation=config.type,
             column=config.kwargs.get("column"),
             success=bool(r.success),
-            observed=_observed(r.result or {}, r.exception_info or {}),
+            observed=_observed(config.type, bool(r.success), r.result or {}, r.exception_info or {}),
         ))
     return sorted(outcomes, key=lambda o: order[(o.expectation, o.column)])
 
 
-def _observed(result: Mapping[str, Any], exception_info: Mapping[str, Any]) -> str:
+def _observed(kind: str, success: bool, result: Mapping[str, Any], exception_info: Mapping[str, Any]) -> str:
+    if kind == "expect_column_to_exist":  # GX reports nothing for it; say which way it went
+        return "present" if success else "missing"
     if "observed_value" in result:
         text = _short(result["observed_value"])
     elif result.get("unexpected_count") is not None:
@@ -182,7 +184,7 @@ def _exception_message(info: Mapping[str, Any]) -> str:
     # GX nests metric errors one level down, keyed by metric id; expectation errors sit at the top.
     for entry in (info, *(v for v in info.values() if isinstance(v, Mapping))):
         if entry.get("raised_exception"):
-            return f"error: {entry.get('exception_message')}"
+            return str(entry.get("exception_message"))
     return ""
 
 

@@ -44,7 +44,9 @@ def ensure_experiment(settings: Settings) -> str:
     existing = mlflow_client.get_experiment_by_name(settings.experiment)
     if existing is not None:
         return str(existing.experiment_id)
-    location = None if settings.tracking_uri else settings.artifact_root.as_uri()
+    # A local store keeps artifacts under home; a tracking server decides its own location.
+    local = settings.resolved_tracking_uri.startswith(("sqlite:", "file:"))
+    location = settings.artifact_root.as_uri() if local else None
     return str(mlflow_client.create_experiment(settings.experiment, artifact_location=location))
 
 

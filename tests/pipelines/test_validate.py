@@ -1,0 +1,185 @@
+"""The contract-derived GX suite: valid data passes; each kind of broken data fails by name."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from mlops.contract import DataContract, load_contract
+from mlops.data.generator import generate_transactions
+from mlops.data.ingest import ingest
+from mlops.errors import DataValidationError, InputError
+from mlops.settings import BUNDLED_CONTRACT
+
+from pipelines.steps.validate import (
+    HTML_NAME,
+    JSON_NAME,
+    ValidationReport,
+    log_validation_to_mlflow,
+    suite_plan,
+    validate_snapshot,
+)
+
+
+@pytest.fixture(scope="module")
+def contract() -> DataContract:
+    return load_contract(BUNDLED_CONTRACT)
+
+
+@pytest.fixture(scope="module")
+def clean() -> pd.DataFrame:
+    frame: pd.DataFrame = generate_transactions(2000, seed=1)
+    return frame
+
+
+def _snapshot(frame: pd.DataFrame, tmp_path: Path) -> Path:
+    path = tmp_path / "data.parquet"
+    frame.to_parquet(path, index=False)
+    return path
+
+
+def _drop_amount(df: pd.DataFrame) -> pd.DataFrame:
+    return df.drop(columns=["amount"])
+
+
+def _null_customers(df: pd.DataFrame) -> pd.DataFrame:
+    df.loc[df.index[:5], "customer_id"] = None
+    return df
+
+
+def _amount_out_of_range(df: pd.DataFrame) -> pd.DataFrame:
+    df.loc[df.index[:3], "amount"] = -5.0
+    df.loc[df.index[3:6], "amount"] = 1e9
+    return df
+
+
+def _casino_merchants(df: pd.DataFrame) -> pd.DataFrame:
+    df.loc[df.index[: len(df) // 100], "merchant_category"] = "casino"  # 1% >> 0.1% tolerance
+    return df
+
+
+def _no_fraud(df: pd.DataFrame) -> pd.DataFrame:
+    df["is_fraud"] = 0  # label rate 0 < label_rate.min
+    return df
+
+
+def test_valid_snapshot_passes_and_writes_report(
+    contract: DataContract, clean: pd.DataFrame, tmp_path: Path
+) -> None:
+    report_dir = tmp_path / "reports" / "validate"  # not there yet: the step creates it
+    report = validate_snapshot(_snapshot(clean, tmp_path), contract, report_dir)
+    assert report.success
+    assert report.rows == len(clean)
+    assert report.failed == []
+    assert report.report_path == str(report_dir / JSON_NAME)
+    assert ValidationReport.model_validate_json((report_dir / JSON_NAME).read_text()) == report
+    assert len(report.results) == len(suite_plan(contract))
+    assert "FAIL" not in (report_dir / HTML_NAME).read_text()
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "expected"),
+    [
+        (_drop_amount, "expect_column_to_exist(column=amount)"),
+        (_null_customers, "expect_column_values_to_not_be_null(column=customer_id)"),
+        (_amount_out_of_range, "expect_column_values_to_be_between(column=amount)"),
+        (_casino_merchants, "expect_column_values_to_be_in_set(column=merchant_category)"),
+        (_no_fraud, "expect_column_mean_to_be_between(column=is_fraud)"),
+    ],
+    ids=["missing-column", "nulls", "out-of-range", "unknown-category", "label-rate"],
+)
+def test_corrupted_snapshot_fails_naming_the_expectation(
+    contract: DataContract,
+    clean: pd.DataFrame,
+    tmp_path: Path,
+    corrupt: Callable[[pd.DataFrame], pd.DataFrame],
+    expected: str,
+) -> None:
+    report_dir = tmp_path / "report"
+    with pytest.raises(DataValidationError) as info:
+        validate_snapshot(_snapshot(corrupt(clean.copy()), tmp_path), contract, report_dir)
+    err = info.value
+    assert expected in err.message
+    assert expected in err.failed
+    assert err.message == "data validation failed: " + "; ".join(err.failed)
+    assert err.report_path == str(report_dir / JSON_NAME)
+    report = ValidationReport.model_validate_json(Path(err.report_path).read_text())
+    assert not report.success
+    assert report.failed == err.failed
+    page = (report_dir / HTML_NAME).read_text()
+    assert page.count('class="fail"') == len(err.failed)
+
+
+def test_missing_column_does_not_crash_other_checks(
+    contract: DataContract, clean: pd.DataFrame, tmp_path: Path
+) -> None:
+    with pytest.raises(DataValidationError) as info:
+        validate_snapshot(_snapshot(_drop_amount(clean.copy()), tmp_path), contract, tmp_path / "r")
+    # Every failure concerns the missing column; the rest of the suite still ran and passed.
+    assert all("column=amount" in f for f in info.value.failed)
+    report = ValidationReport.model_validate_json(Path(str(info.value.report_path)).read_text())
+    between = next(r for r in report.results if r.expectation == "expect_column_values_to_be_between"
+                   and r.column == "amount")
+    assert "does not exist" in between.observed
+    assert sum(r.success for r in report.results) == len(report.results) - len(info.value.failed)
+
+
+def test_empty_source_fails_on_row_count(contract: DataContract, tmp_path: Path) -> None:
+    source = tmp_path / "empty.csv"
+    source.write_text("")
+    snapshot = ingest(str(source), tmp_path / "snapshots", contract)
+    assert snapshot.rows == 0
+    with pytest.raises(DataValidationError) as info:
+        validate_snapshot(snapshot.path, contract, tmp_path / "report")
+    assert "expect_table_row_count_to_be_between()" in info.value.failed
+
+
+def test_unknown_categories_within_tolerance_pass(
+    contract: DataContract, clean: pd.DataFrame, tmp_path: Path
+) -> None:
+    df = clean.copy()
+    df.loc[df.index[0], "merchant_category"] = "casino"  # 1 of 2000 = 0.05% < 0.1% tolerance
+    report = validate_snapshot(_snapshot(df, tmp_path), contract, tmp_path / "report")
+    in_set = next(r for r in report.results if r.expectation == "expect_column_values_to_be_in_set"
+                  and r.column == "merchant_category")
+    assert in_set.success
+    assert "casino" in in_set.observed
+
+
+def test_suite_follows_the_contract(contract: DataContract, clean: pd.DataFrame, tmp_path: Path) -> None:
+    relaxed = contract.model_copy(update={"columns": tuple(
+        c.model_copy(update={"nullable": True}) if c.name == "customer_id" else c for c in contract.columns
+    )})
+    plan = suite_plan(relaxed)
+    assert ("expect_column_values_to_not_be_null", {"column": "customer_id"}) not in plan
+    report = validate_snapshot(_snapshot(_null_customers(clean.copy()), tmp_path), relaxed, tmp_path / "r")
+    assert report.success
+
+
+def test_missing_snapshot_is_an_input_error(contract: DataContract, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="snapshot not found"):
+        validate_snapshot(tmp_path / "nope.parquet", contract, tmp_path / "report")
+
+
+def test_log_validation_to_mlflow(
+    contract: DataContract, clean: pd.DataFrame, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    report = validate_snapshot(_snapshot(clean, tmp_path), contract, tmp_path / "report")
+    client = MlflowClient()
+    # An explicit artifact location keeps MLflow from writing ./mlartifacts into the working tree.
+    experiment_id = client.create_experiment("validate", artifact_location=(tmp_path / "artifacts").as_uri())
+    run_id = client.create_run(experiment_id).info.run_id
+
+    log_validation_to_mlflow(report, run_id)
+
+    logged = sorted(a.path for a in client.list_artifacts(run_id, "validation"))
+    assert logged == [f"validation/{HTML_NAME}", f"validation/{JSON_NAME}"]
+    assert client.get_run(run_id).data.metrics["validation_success"] == 1.0
+    local = Path(client.download_artifacts(run_id, f"validation/{JSON_NAME}", str(tmp_path / "dl")))
+    assert json.loads(local.read_text())["success"] is True
