@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, fields
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,13 +21,14 @@ import numpy as np
 import onnx
 import pandas as pd
 import torch
+from pydantic import BaseModel, ConfigDict, Field
+from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score
+
 from mlops.contract import DataContract
 from mlops.errors import TrainingError
 from mlops.model import FraudMLP, encode, fit_vocabularies
 from mlops.onnx_export import check_parity, export_onnx
 from mlops.settings import Settings
-from pydantic import BaseModel, ConfigDict, Field
-from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score
 
 if TYPE_CHECKING:
     from mlflow.models.signature import ModelSignature
@@ -203,6 +205,8 @@ def _fit(
             optimizer.step()
             total += float(loss.detach()) * len(idx)
         val_loss, val_probs = _evaluate(model, loss_fn, v_num, v_cat, v_y)
+        if not np.isfinite(val_probs).all():
+            raise TrainingError(f"training diverged at epoch {epoch} (non-finite scores); lower the learning rate")
         metrics = EpochMetrics(
             epoch=epoch,
             train_loss=total / len(y),
@@ -262,6 +266,17 @@ def _signature_from_onnx(model: onnx.ModelProto) -> ModelSignature:
     return ModelSignature(inputs=Schema(inputs), outputs=Schema(outputs))
 
 
+def _runtime_requirements() -> list[str]:
+    """Pinned requirements to score the logged model: onnx plus whichever onnxruntime is installed."""
+    pins = [f"onnx=={onnx.__version__}"]
+    for dist in ("onnxruntime-gpu", "onnxruntime"):
+        try:
+            return [*pins, f"{dist}=={metadata.version(dist)}"]
+        except metadata.PackageNotFoundError:
+            continue
+    return pins
+
+
 def log_training_to_mlflow(
     run_id: str,
     params: TrainParams,
@@ -313,5 +328,7 @@ def log_training_to_mlflow(
             name="model",
             signature=_signature_from_onnx(onnx_model),
             save_as_external_data=False,
+            # Stated, not inferred: inference re-imports the model in a subprocess (seconds).
+            pip_requirements=_runtime_requirements(),
         )
     return str(info.model_uri)

@@ -1,0 +1,189 @@
+"""Train step: reproducible training with early stopping, export + parity, MLflow logging."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+from pydantic import ValidationError
+from sklearn.metrics import roc_auc_score
+
+from mlops.contract import DataContract, load_contract
+from mlops.data.generator import generate_transactions
+from mlops.errors import TrainingError
+from mlops.inference import OnnxModel
+from mlops.model import encode
+from mlops.settings import BUNDLED_CONTRACT, Settings
+from pipelines.steps.train import (
+    EpochMetrics,
+    ExportResult,
+    TrainParams,
+    TrainResult,
+    export_and_check,
+    log_training_to_mlflow,
+    train_model,
+)
+
+PARAMS = TrainParams(seed=11, max_epochs=12, patience=3, batch_size=256, learning_rate=3e-3, device="cpu")
+Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
+
+
+def _with_features(df: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
+    """Rolling per-entity aggregates as of each row (inclusive), enough to carry the fraud signal."""
+    df = df.copy()
+    amounts = df.set_index(contract.timestamp_column)["amount"]
+    for view in contract.feature_views:
+        keys = df[contract.entity(view.entity).join_key].to_numpy()
+        for feature in view.features:
+            window, agg = feature.window, feature.agg
+            rolled = amounts.groupby(keys).transform(lambda s, w=window, a=agg: s.rolling(w).agg(a))
+            df[feature.name] = rolled.to_numpy()
+    return df
+
+
+@pytest.fixture(scope="module")
+def contract() -> DataContract:
+    return load_contract(BUNDLED_CONTRACT)
+
+
+@pytest.fixture(scope="module")
+def splits(contract: DataContract) -> Splits:
+    df = _with_features(generate_transactions(3000, seed=3, fraud_rate=0.03), contract)
+    n = len(df)
+    return df.iloc[: int(n * 0.7)], df.iloc[int(n * 0.7): int(n * 0.85)], df.iloc[int(n * 0.85):]
+
+
+@pytest.fixture(scope="module")
+def trained(splits: Splits, contract: DataContract) -> tuple[TrainResult, list[EpochMetrics]]:
+    seen: list[EpochMetrics] = []
+    return train_model(splits[0], splits[1], contract, PARAMS, on_epoch=seen.append), seen
+
+
+@pytest.fixture(scope="module")
+def exported(
+    trained: tuple[TrainResult, list[EpochMetrics]], splits: Splits, contract: DataContract,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> ExportResult:
+    out = tmp_path_factory.mktemp("train-export")
+    return export_and_check(trained[0], contract, splits[2], out, tolerance=1e-5, metadata={"run": "test"})
+
+
+@pytest.fixture
+def tracking_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    mlflow.set_tracking_uri(uri)
+    yield uri
+    mlflow.set_tracking_uri(None)  # type: ignore[arg-type]  # None = unset, the environment decides again
+
+
+def _scores(result: TrainResult, frame: pd.DataFrame, contract: DataContract) -> np.ndarray:
+    return result.model.predict_proba(*encode(frame, contract, result.vocabs))
+
+
+def test_params_come_from_settings() -> None:
+    params = TrainParams.from_settings(Settings(seed=5, max_epochs=3, device="cpu"))
+    assert (params.seed, params.max_epochs, params.device) == (5, 3, "cpu")
+    assert params.batch_size == Settings().batch_size
+    with pytest.raises(ValidationError):
+        TrainParams.model_validate({"seed": 1, "epochs": 3})
+
+
+def test_history_early_stopping_and_callback(trained: tuple[TrainResult, list[EpochMetrics]]) -> None:
+    result, seen = trained
+    assert seen == result.history
+    assert [m.epoch for m in result.history] == list(range(1, len(result.history) + 1))
+    pr_aucs = [m.val_pr_auc for m in result.history]
+    assert result.best_epoch == int(np.argmax(pr_aucs)) + 1
+    assert result.best.val_pr_auc == max(pr_aucs)
+    stopped_early = len(result.history) < PARAMS.max_epochs
+    assert not stopped_early or len(result.history) - result.best_epoch == PARAMS.patience
+    assert result.device == "cpu"
+    assert not result.model.training
+    assert 0.0 < result.threshold < 1.0
+
+
+def test_model_beats_random(
+    trained: tuple[TrainResult, list[EpochMetrics]], splits: Splits, contract: DataContract
+) -> None:
+    result, _ = trained
+    val = splits[1]
+    probs = _scores(result, val, contract)
+    assert roc_auc_score(val[contract.label_column], probs) > 0.8
+    # The restored weights are the best epoch's, not the last epoch's.
+    assert roc_auc_score(val[contract.label_column], probs) == pytest.approx(result.best.val_roc_auc)
+
+
+def test_same_seed_same_model(
+    trained: tuple[TrainResult, list[EpochMetrics]], splits: Splits, contract: DataContract
+) -> None:
+    first, _ = trained
+    again = train_model(splits[0], splits[1], contract, PARAMS)
+    assert again.history == first.history
+    assert again.threshold == first.threshold
+    np.testing.assert_array_equal(_scores(again, splits[2], contract), _scores(first, splits[2], contract))
+
+
+@pytest.mark.parametrize("label", [0, 1])
+def test_single_class_labels_fail_clearly(label: int, splits: Splits, contract: DataContract) -> None:
+    train = splits[0].assign(**{contract.label_column: label})
+    with pytest.raises(TrainingError, match="train labels are all"):
+        train_model(train, splits[1], contract, PARAMS)
+
+
+def test_missing_feature_values_fail_clearly(splits: Splits, contract: DataContract) -> None:
+    train = splits[0].copy()
+    train.loc[train.index[3], "customer_amount_mean_7d"] = np.nan
+    with pytest.raises(TrainingError, match="customer_amount_mean_7d"):
+        train_model(train, splits[1], contract, PARAMS)
+
+
+def test_export_and_check_keeps_parity_and_threshold(
+    trained: tuple[TrainResult, list[EpochMetrics]], exported: ExportResult, splits: Splits,
+    contract: DataContract,
+) -> None:
+    result, _ = trained
+    assert exported.onnx_path.is_file()
+    assert exported.max_abs_diff <= 1e-5
+    scorer = OnnxModel(exported.onnx_path)
+    assert scorer.threshold == result.threshold
+    assert scorer.metadata["run"] == "test"
+    expected = _scores(result, splits[2], contract)
+    np.testing.assert_allclose(scorer.predict_proba(splits[2]), expected, atol=1e-5)
+
+
+def test_log_training_to_mlflow(
+    tracking_uri: str, tmp_path: Path, trained: tuple[TrainResult, list[EpochMetrics]],
+    exported: ExportResult, splits: Splits,
+) -> None:
+    result, _ = trained
+    client = MlflowClient(tracking_uri)
+    experiment = client.create_experiment("train-test", artifact_location=(tmp_path / "artifacts").as_uri())
+    run_id = client.create_run(experiment).info.run_id
+
+    uri = log_training_to_mlflow(
+        run_id, PARAMS, result, exported, extra_params={"dataset_hash": "d1", "git_commit": "c0ffee"}
+    )
+
+    run = client.get_run(run_id)
+    assert run.data.params["seed"] == str(PARAMS.seed)
+    assert run.data.params["dataset_hash"] == "d1"
+    assert run.data.params["git_commit"] == "c0ffee"
+    history = client.get_metric_history(run_id, "val_pr_auc")
+    assert [m.step for m in history] == [m.epoch for m in result.history]
+    assert len(client.get_metric_history(run_id, "train_loss")) == len(result.history)
+    assert run.data.metrics["decision_threshold"] == pytest.approx(result.threshold)
+    assert run.data.metrics["best_epoch"] == result.best_epoch
+
+    local = Path(mlflow.artifacts.download_artifacts(uri, dst_path=str(tmp_path / "download")))
+    [onnx_file] = local.glob("*.onnx")
+    logged = OnnxModel(onnx_file)
+    assert logged.threshold == result.threshold
+    np.testing.assert_array_equal(
+        logged.predict_proba(splits[2]), OnnxModel(exported.onnx_path).predict_proba(splits[2])
+    )
