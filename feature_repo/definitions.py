@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from feast import Entity, FeatureService, FeatureView, Field, FileSource, ValueType
 from feast.types import Float64
@@ -18,13 +19,13 @@ def offline_path(data_dir: Path, view_name: str) -> Path:
     return data_dir / f"{view_name}.parquet"
 
 
-def build_definitions(contract: DataContract, data_dir: Path) -> list[object]:
+def build_definitions(contract: DataContract, data_dir: Path) -> list[Any]:
     """Entities, feature views and the feature service for ``contract``; sources under data_dir."""
     entities = {
         e.name: Entity(name=e.name, join_keys=[e.join_key], value_type=ValueType.STRING)
         for e in contract.entities
     }
-    views = []
+    views: list[Any] = []
     for spec in contract.feature_views:
         source = FileSource(
             name=f"{spec.view_name}_source",

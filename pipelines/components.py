@@ -26,7 +26,7 @@ def ingest(source: str, run_name: str, snapshot: Output[Dataset]) -> NamedTuple(
 
     configure_logging()
     run_id, sha256 = ingest_task(source, Path(snapshot.path), run_name)
-    return namedtuple("IngestOutputs", ["run_id", "sha256"])(run_id, sha256)
+    return namedtuple("IngestOutputs", ["run_id", "sha256"])(run_id, sha256)  # type: ignore[call-arg]
 
 
 @dsl.component(base_image=PIPELINE_IMAGE, install_kfp_package=False)

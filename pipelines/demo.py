@@ -3,7 +3,6 @@ the test split, print the answers and the served version, stop the service, say 
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -12,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
@@ -43,9 +43,13 @@ def sample_requests(frame: pd.DataFrame, contract: DataContract, per_class: int)
 
 
 def request_body(row: pd.Series, contract: DataContract) -> dict[str, object]:
-    body = {field: row[field] for field in contract.request_fields}
+    """The JSON body of a /predict request for one raw transaction row."""
+    body: dict[str, object] = {}
+    for field in contract.request_fields:
+        value = row[field]
+        body[field] = value.item() if isinstance(value, np.generic) else value
     body[contract.timestamp_column] = pd.Timestamp(row[contract.timestamp_column]).isoformat()
-    return json.loads(json.dumps(body, default=str))
+    return body
 
 
 def start_service(settings: Settings, port: int, log_path: Path) -> subprocess.Popen[bytes]:
@@ -63,7 +67,7 @@ def wait_ready(base_url: str, process: subprocess.Popen[bytes], log_path: Path) 
         try:
             response = httpx.get(f"{base_url}/healthz", timeout=2)
             if response.status_code == 200:
-                body: dict[str, object] = response.json()
+                body: dict[str, object] = dict(response.json())
                 return body
         except httpx.TransportError:
             pass

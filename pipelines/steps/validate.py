@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pydantic import BaseModel, ConfigDict
+
 from mlops.contract import DataContract, Dtype
 from mlops.errors import DataValidationError, InputError
-from pydantic import BaseModel, ConfigDict
 
 JSON_NAME = "validation.json"
 HTML_NAME = "validation.html"

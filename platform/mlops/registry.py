@@ -127,6 +127,6 @@ def list_versions(settings: Settings) -> list[dict[str, str]]:
     versions = mlflow_client.search_model_versions(f"name = '{settings.model_name}'")
     rows = []
     for v in sorted(versions, key=lambda mv: int(mv.version), reverse=True):
-        rows.append({"version": str(v.version), "aliases": ",".join(v.aliases), "stage": v.current_stage,
+        rows.append({"version": str(v.version), "aliases": ",".join(v.aliases), "stage": str(v.current_stage),
                      **{k: str(val) for k, val in v.tags.items()}})
     return rows

@@ -51,7 +51,7 @@ def generate_transactions(
     merch_category = rng.choice(CATEGORIES, size=n_merchants)
     span_s = days * 86_400
 
-    n_fraud_target = int(round(n_rows * fraud_rate))
+    n_fraud_target = round(n_rows * fraud_rate)
     burst_sizes: list[int] = []
     while sum(burst_sizes) < n_fraud_target:
         burst_sizes.append(int(rng.integers(2, 7)))

@@ -13,6 +13,7 @@ import os
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 import fsspec
 import pandas as pd
@@ -40,7 +41,7 @@ def ingest(source: str, snapshots_dir: Path, contract: DataContract) -> Snapshot
     payload = _read_bytes(source)
     digest = hashlib.sha256(payload).hexdigest()
     target = snapshots_dir / digest / "data.parquet"
-    if target.exists():
+    if (target.parent / "meta.json").exists():  # meta.json is written last: it marks a whole snapshot
         meta = json.loads((target.parent / "meta.json").read_text())
         return Snapshot(path=target, sha256=digest, rows=int(meta["rows"]), source=source)
     frame = _parse(payload, source, contract)
@@ -84,9 +85,9 @@ def _parse(payload: bytes, source: str, contract: DataContract) -> pd.DataFrame:
         if fmt == "parquet":
             frame = pd.read_parquet(io.BytesIO(payload))
         else:
-            compression = "gzip" if source.lower().endswith(".gz") else None
+            compression: Literal["gzip"] | None = "gzip" if source.lower().endswith(".gz") else None
             frame = pd.read_csv(io.BytesIO(payload), compression=compression)
-    except Exception as exc:  # noqa: BLE001 - any parser failure is the same user error
+    except Exception as exc:
         raise IngestError(f"{source} is not readable {fmt}: {exc}", field="source") from exc
     ts = contract.timestamp_column
     if ts in frame.columns:

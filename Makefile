@@ -1,0 +1,43 @@
+# The project's own virtual environment (.venv) holds everything; each target installs what it needs.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+UV := $(VENV)/bin/uv
+UV_VERSION := 0.13.9
+# This machine keeps a CPU build of torch on disk; elsewhere the same pin comes from PyPI.
+FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test lint serve compile lock clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml requirements.lock
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
+	$(UV) pip install --python $(PY) $(FIND_LINKS) -r requirements.lock
+	$(UV) pip install --python $(PY) --no-deps -e .
+	@touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/mlops demo
+
+test: setup
+	$(PY) -m pytest
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy platform pipelines serving monitoring feature_repo tests
+
+serve: setup
+	$(VENV)/bin/mlops serve
+
+compile: setup
+	$(VENV)/bin/mlops pipeline compile
+
+lock:
+	$(UV) pip compile pyproject.toml --extra dev --python-version 3.11 $(FIND_LINKS) -o requirements.lock --quiet
+	sed -i 's/==\([0-9.]*\)+cpu$$/==\1/' requirements.lock
+
+clean:
+	rm -rf .mlops

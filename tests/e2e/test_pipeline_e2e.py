@@ -1,0 +1,176 @@
+"""End to end: the compiled pipeline through kfp.local on small data, then the service.
+
+One module-scoped platform home; the runs build on each other in the order real use would:
+a first model is promoted, the same data again changes nothing, a worse model is registered but
+not promoted, and corrupted data stops at validate without creating a version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from fastapi.testclient import TestClient
+
+from mlops import registry
+from mlops.contract import DataContract, load_contract
+from mlops.data.generator import generate_transactions
+from mlops.errors import PipelineError
+from mlops.feature_store import open_store, training_features
+from mlops.inference import OnnxModel
+from mlops.settings import Settings
+from pipelines.demo import request_body
+from pipelines.runner import PipelineOutcome, run_pipeline
+from pipelines.steps.preprocess import time_split
+from serving.app import create_app
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
+ROWS = 8000
+PARITY_TOLERANCE = 1e-6
+
+
+@dataclass
+class Platform:
+    settings: Settings
+    contract: DataContract
+    data: pd.DataFrame
+    source: Path
+    first: PipelineOutcome
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
+    home = tmp_path_factory.mktemp("platform")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLOPS_HOME", str(home))
+        settings = Settings()
+        contract = load_contract(settings.contract_path)
+        data = generate_transactions(ROWS, seed=11)
+        source = home / "raw" / "transactions.parquet"
+        source.parent.mkdir()
+        data.to_parquet(source, index=False)
+        first = run_pipeline(str(source), settings, run_name="first")
+        yield Platform(settings, contract, data, source, first)
+
+
+def _run_metrics(settings: Settings, run_id: str) -> dict[str, float]:
+    return dict(registry.client(settings).get_run(run_id).data.metrics)
+
+
+def _history(settings: Settings, run_id: str, key: str) -> list[float]:
+    history = registry.client(settings).get_metric_history(run_id, key)
+    return [m.value for m in sorted(history, key=lambda m: m.step)]
+
+
+def test_first_run_registers_and_promotes(platform: Platform) -> None:
+    assert platform.first.decision == "promote"
+    assert platform.first.version == "1"
+    assert registry.alias_version(platform.settings) == "1"
+    tags = registry.client(platform.settings).get_model_version(platform.settings.model_name, "1").tags
+    assert tags["decision"] == "promote"
+    assert tags["deployed_at"]
+
+
+def test_service_matches_offline_onnx_predictions(platform: Platform, tmp_path: Path) -> None:
+    settings, contract = platform.settings, platform.contract
+    sample = time_split(platform.data, contract)["test"].head(25)
+    # Offline: the served model on the same raw rows plus the offline store's latest state.
+    store = open_store(settings)
+    after_all = platform.data[contract.timestamp_column].max() + pd.Timedelta(days=1)
+    offline_rows = training_features(store, sample, contract, as_of=after_all)
+    served = registry.download_serving_model(settings, tmp_path)
+    offline = OnnxModel(served.onnx_path).predict_proba(offline_rows)
+    with TestClient(create_app(settings)) as client:
+        online = []
+        for _, row in sample.iterrows():
+            answer = client.post("/predict", json=request_body(row, contract))
+            assert answer.status_code == 200, answer.text
+            body = answer.json()
+            assert body["model_version"] == "1"
+            online.append(body["probability"])
+    np.testing.assert_allclose(np.asarray(online), offline, rtol=0, atol=PARITY_TOLERANCE)
+
+
+def test_rerun_on_same_data_gives_identical_metrics_and_keeps_production(platform: Platform) -> None:
+    again = run_pipeline(str(platform.source), platform.settings, run_name="again")
+    first_metrics = _run_metrics(platform.settings, platform.first.run_id)
+    again_metrics = _run_metrics(platform.settings, again.run_id)
+    test_keys = [k for k in first_metrics if k.startswith("test_")]
+    assert test_keys
+    assert {k: again_metrics[k] for k in test_keys} == {k: first_metrics[k] for k in test_keys}
+    for key in ("train_loss", "val_pr_auc"):
+        assert _history(platform.settings, again.run_id, key) == _history(platform.settings,
+                                                                          platform.first.run_id, key)
+    # Equal F1 does not beat production by the margin: registered, not promoted.
+    assert again.decision == "reject"
+    assert registry.alias_version(platform.settings) == platform.first.version
+
+
+def test_worse_model_is_registered_but_not_promoted(platform: Platform) -> None:
+    shuffled = platform.data.copy()
+    label = platform.contract.label_column
+    shuffled[label] = np.random.default_rng(0).permutation(shuffled[label].to_numpy())
+    source = platform.source.with_name("shuffled.parquet")
+    shuffled.to_parquet(source, index=False)
+    worse = run_pipeline(str(source), platform.settings, run_name="shuffled")
+    assert worse.decision == "reject"
+    assert worse.version is not None
+    assert registry.alias_version(platform.settings) == platform.first.version
+    tags = registry.client(platform.settings).get_model_version(platform.settings.model_name, worse.version).tags
+    assert tags["decision"] == "reject"
+    assert "does not beat production" in tags["decision_reason"]
+    assert float(tags["candidate_f1"]) < float(tags["production_f1"])
+    assert "deployed_at" not in tags
+
+
+def _drop_amount(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.drop(columns=["amount"])
+
+
+def _null_customers(frame: pd.DataFrame) -> pd.DataFrame:
+    frame = frame.copy()
+    frame.loc[frame.index[:10], "customer_id"] = None
+    return frame
+
+
+def _amount_out_of_range(frame: pd.DataFrame) -> pd.DataFrame:
+    frame = frame.copy()
+    frame.loc[frame.index[:3], "amount"] = -50.0
+    return frame
+
+
+def _unknown_categories(frame: pd.DataFrame) -> pd.DataFrame:
+    frame = frame.copy()
+    frame.loc[frame.index[::50], "merchant_category"] = "casino"
+    return frame
+
+
+CORRUPTIONS = {
+    "missing column": (_drop_amount, "expect_column_to_exist(column=amount)"),
+    "nulls in required column": (_null_customers, "expect_column_values_to_not_be_null(column=customer_id)"),
+    "out-of-range amount": (_amount_out_of_range, "expect_column_values_to_be_between(column=amount)"),
+    "unknown category": (_unknown_categories, "expect_column_values_to_be_in_set(column=merchant_category)"),
+    "empty file": (None, "expect_table_row_count_to_be_between()"),
+}
+
+
+@pytest.mark.parametrize("case", list(CORRUPTIONS))
+def test_corrupted_data_stops_at_validate(platform: Platform, case: str) -> None:
+    corrupt, expectation = CORRUPTIONS[case]
+    if corrupt is None:
+        source = platform.source.with_name("empty.csv")
+        source.write_text("")
+    else:
+        source = platform.source.with_name(f"corrupt-{case.replace(' ', '-')}.csv")
+        corrupt(platform.data).to_csv(source, index=False)
+    versions_before = registry.list_versions(platform.settings)
+    with pytest.raises(PipelineError) as failure:
+        run_pipeline(str(source), platform.settings, run_name=f"corrupt-{case}")
+    assert failure.value.step == "validate"
+    assert expectation in failure.value.message
+    assert registry.list_versions(platform.settings) == versions_before
+    assert registry.alias_version(platform.settings) == platform.first.version

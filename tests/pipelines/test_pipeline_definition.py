@@ -1,0 +1,41 @@
+"""The pipeline definition: committed IR YAML is current, and its shape is the six steps with the
+deploy step behind the evaluation condition."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from pipelines.pipeline import COMPILED_PIPELINE, compile_pipeline
+
+STEPS = {"ingest", "validate", "preprocess", "train", "evaluate", "deploy"}
+
+
+def test_committed_pipeline_yaml_is_current(tmp_path: Path) -> None:
+    fresh = compile_pipeline(tmp_path / "pipeline.yaml").read_text()
+    assert fresh == COMPILED_PIPELINE.read_text(), "run `make compile` and commit pipelines/training_pipeline.yaml"
+
+
+def test_pipeline_has_six_steps_and_deploy_is_conditional() -> None:
+    spec = yaml.safe_load(COMPILED_PIPELINE.read_text())
+    root_tasks = spec["root"]["dag"]["tasks"]
+    condition = root_tasks["condition-1"]
+    assert set(root_tasks) == (STEPS - {"deploy"}) | {"condition-1"}
+    expected = "inputs.parameter_values['pipelinechannel--evaluate-Output'] == 'promote'"
+    assert condition["triggerPolicy"]["condition"] == expected
+    assert set(spec["components"]["comp-condition-1"]["dag"]["tasks"]) == {"deploy"}
+    executors = spec["deploymentSpec"]["executors"]
+    assert {name.removeprefix("exec-") for name in executors} == STEPS
+    for executor in executors.values():
+        # No run-time pip installs: the image carries the platform.
+        assert "pip install" not in " ".join(executor["container"]["command"])
+
+
+def test_no_step_reuses_cached_results() -> None:
+    spec = yaml.safe_load(COMPILED_PIPELINE.read_text())
+    tasks = dict(spec["root"]["dag"]["tasks"]) | spec["components"]["comp-condition-1"]["dag"]["tasks"]
+    for name, task in tasks.items():
+        if name.startswith("condition"):
+            continue
+        assert task["cachingOptions"] == {}, name

@@ -1,0 +1,73 @@
+"""The mlops CLI: real commands in-process; bad input is one clear line and exit code 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from mlops.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLOPS_HOME", str(tmp_path / "home"))
+
+
+def test_generate_writes_parquet_and_csv(tmp_path: Path) -> None:
+    for name in ("tx.parquet", "tx.csv"):
+        out = tmp_path / name
+        result = runner.invoke(app, ["data", "generate", "--out", str(out), "--rows", "500", "--seed", "3"])
+        assert result.exit_code == 0, result.output
+        frame = pd.read_parquet(out) if out.suffix == ".parquet" else pd.read_csv(out)
+        assert len(frame) == 500
+        assert "wrote 500 transactions" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["data", "generate", "--out", "x.txt"], "--out must end in .parquet or .csv"),
+        (["data", "generate", "--out", "x.csv", "--scenario", "meteor"], "unknown scenario 'meteor'"),
+        (["data", "ingest", "/nonexistent/tx.csv"], "source not found: /nonexistent/tx.csv"),
+        (["data", "ingest", "tx.json"], "cannot tell the format"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message(args: list[str], message: str) -> None:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.split())
+    assert "Traceback" not in result.output
+
+
+def test_invalid_setting_exits_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLOPS_PROMOTION_MARGIN", "lots")
+    result = runner.invoke(app, ["data", "ingest", "tx.csv"])
+    assert result.exit_code == 2
+    assert "MLOPS_" in result.output
+
+
+def test_ingest_prints_the_snapshot_hash(tmp_path: Path) -> None:
+    out = tmp_path / "tx.csv"
+    assert runner.invoke(app, ["data", "generate", "--out", str(out), "--rows", "300"]).exit_code == 0
+    result = runner.invoke(app, ["data", "ingest", str(out)])
+    assert result.exit_code == 0, result.output
+    snapshots = list((tmp_path / "home" / "snapshots").iterdir())
+    assert len(snapshots) == 1
+    assert snapshots[0].name in result.output
+
+
+def test_pipeline_compile_check_passes_on_committed_yaml() -> None:
+    result = runner.invoke(app, ["pipeline", "compile", "--check"])
+    assert result.exit_code == 0, result.output
+    assert "is current" in result.output
+
+
+def test_pipeline_run_on_missing_source_stops_at_ingest_with_exit_2() -> None:
+    result = runner.invoke(app, ["pipeline", "run", "/nonexistent/tx.parquet"])
+    assert result.exit_code == 2, result.output
+    assert "pipeline stopped at ingest: source not found: /nonexistent/tx.parquet" in " ".join(result.output.split())
