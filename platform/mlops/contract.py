@@ -34,7 +34,9 @@ class Column(_Strict):
     categories: tuple[str, ...] | None = None
 
     @model_validator(mode="after")
-    def _categories_only_for_category(self) -> Column:
+    def _consistent(self) -> Column:
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"column {self.name!r}: min {self.min} is greater than max {self.max}")
         if (self.dtype == "category") != (self.categories is not None):
             raise ValueError(f"column {self.name!r}: categories are required for, and only for, dtype 'category'")
         return self
@@ -86,6 +88,12 @@ class LabelRate(_Strict):
     min: float = Field(ge=0, le=1)
     max: float = Field(ge=0, le=1)
 
+    @model_validator(mode="after")
+    def _ordered(self) -> LabelRate:
+        if self.min > self.max:
+            raise ValueError(f"label_rate: min {self.min} is greater than max {self.max}")
+        return self
+
 
 class Split(_Strict):
     validation_fraction: float = Field(gt=0, lt=0.5)
@@ -108,7 +116,11 @@ class DataContract(_Strict):
 
     @model_validator(mode="after")
     def _references_resolve(self) -> DataContract:
-        names = {c.name for c in self.columns}
+        declared = [c.name for c in self.columns]
+        duplicates = sorted({n for n in declared if declared.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"columns declared more than once: {duplicates}")
+        names = set(declared)
         entity_names = {e.name for e in self.entities}
         wanted = [self.id_column, self.timestamp_column, self.label_column]
         wanted += [e.join_key for e in self.entities]

@@ -21,7 +21,13 @@ from mlops.settings import Settings
 if TYPE_CHECKING:
     from feast import FeatureStore
 
-FEATURE_REPO = Path(__file__).resolve().parents[2] / "feature_repo"
+
+
+def feature_repo_path() -> Path:
+    """The installed feature_repo package (works from a wheel as well as from the source tree)."""
+    import feature_repo
+
+    return Path(feature_repo.__file__).parent
 
 
 def open_store(settings: Settings) -> FeatureStore:
@@ -29,10 +35,11 @@ def open_store(settings: Settings) -> FeatureStore:
     from feast import FeatureStore
     from feast.repo_config import RepoConfig
 
-    template = Template((FEATURE_REPO / "feature_store.yaml").read_text())
+    repo = feature_repo_path()
+    template = Template((repo / "feature_store.yaml").read_text())
     raw: dict[str, Any] = yaml.safe_load(template.substitute(FEAST_DIR=str(settings.feast_dir)))
     settings.feast_dir.mkdir(parents=True, exist_ok=True)
-    return FeatureStore(config=RepoConfig(repo_path=FEATURE_REPO, **raw))
+    return FeatureStore(config=RepoConfig(repo_path=repo, **raw))
 
 
 def feature_refs(contract: DataContract) -> list[str]:

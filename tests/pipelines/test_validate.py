@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
 from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
 from mlops.data.ingest import ingest
 from mlops.errors import DataValidationError, InputError
 from mlops.settings import BUNDLED_CONTRACT
-
 from pipelines.steps.validate import (
     HTML_NAME,
     JSON_NAME,

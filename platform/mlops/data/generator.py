@@ -40,9 +40,11 @@ def generate_transactions(
         raise ValueError(f"unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
     if n_rows < 100:
         raise ValueError("n_rows must be at least 100")
-    rng = np.random.default_rng(seed)
     if scenario == "fraud_surge":
         fraud_rate *= 3
+    if not 0 <= fraud_rate <= 0.3:
+        raise ValueError(f"fraud rate {fraud_rate:g} (after the scenario) must be between 0 and 0.3")
+    rng = np.random.default_rng(seed)
     n_customers = max(50, n_rows // 25)
     n_merchants = max(20, n_rows // 150)
     cust_home = rng.choice(HOME_COUNTRIES, size=n_customers)

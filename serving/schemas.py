@@ -1,0 +1,69 @@
+"""Request and response models of the prediction API, generated from the data contract.
+
+The contract is the one definition of the fields, so a new category or range in the contract
+changes what the API accepts without a code change. Both models forbid unknown fields: a typo in
+a field name is a 422, not a silently ignored value.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, create_model
+
+from mlops.contract import DataContract
+
+_KEY_MAX_LENGTH = 128  # ids and join keys are short codes; bounding them bounds the work per request
+Decision = Literal["fraud", "legit"]
+
+
+def _key_type() -> Any:
+    return Annotated[str, Field(min_length=1, max_length=_KEY_MAX_LENGTH)]
+
+
+def _numeric_type(contract: DataContract, name: str) -> Any:
+    column = contract.column(name)
+    # strict: "12.5" or true is a client bug, not a number; allow_inf_nan: the graph needs finite inputs.
+    return Annotated[float, Field(strict=True, allow_inf_nan=False, ge=column.min, le=column.max)]
+
+
+def _categorical_type(contract: DataContract, name: str) -> Any:
+    categories = contract.column(name).categories
+    if not categories:  # the contract validator already guarantees them; this narrows the type
+        raise ValueError(f"categorical input {name!r} has no categories")
+    # An unknown category would silently fall into the graph's "unknown" bucket; refuse it instead.
+    return Literal.__getitem__(categories)
+
+
+def build_request_model(contract: DataContract) -> type[BaseModel]:
+    """The body of ``POST /predict``: one transaction's request fields, typed and bounded."""
+    fields: dict[str, Any] = {contract.id_column: (_key_type(), ...)}
+    for entity in contract.entities:
+        fields[entity.join_key] = (_key_type(), ...)
+    fields[contract.timestamp_column] = (AwareDatetime | None, None)
+    for numeric in contract.model_inputs.numeric:
+        fields[numeric.name] = (_numeric_type(contract, numeric.name), ...)
+    for name in contract.model_inputs.categorical:
+        fields[name] = (_categorical_type(contract, name), ...)
+    return create_model("PredictionRequest", __config__=ConfigDict(extra="forbid"), **fields)
+
+
+def build_response_model(contract: DataContract) -> type[BaseModel]:
+    """The body of a successful prediction; the id field is named like the contract's id column."""
+    fields: dict[str, Any] = {
+        contract.id_column: (str, ...),
+        "probability": (float, Field(ge=0.0, le=1.0)),
+        "decision": (Decision, ...),
+        "threshold": (float, ...),
+        "model_name": (str, ...),
+        "model_version": (str, ...),
+    }
+    return create_model("PredictionResponse", __config__=ConfigDict(extra="forbid"), **fields)
+
+
+class HealthResponse(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal["ok"] = "ok"
+    model_name: str
+    model_version: str

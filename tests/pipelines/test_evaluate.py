@@ -1,0 +1,145 @@
+"""Evaluation: metrics checked against hand computation, the promotion rule, and the promotion tags."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pipelines.steps.deploy import promotion_tags
+from pipelines.steps.evaluate import EvaluationReport, Metrics, compute_metrics, decide
+
+# 3 positives, 5 negatives. At threshold 0.5 the predictions are
+#   TP: 0.9, 0.6   FN: 0.3   FP: 0.7, 0.55   TN: 0.2, 0.1, 0.05
+LABELS = np.array([1, 1, 1, 0, 0, 0, 0, 0])
+PROBA = np.array([0.9, 0.6, 0.3, 0.7, 0.2, 0.1, 0.55, 0.05])
+
+
+def _metrics(f1: float) -> Metrics:
+    return Metrics(f1=f1, precision=0.5, recall=0.5, roc_auc=0.9, pr_auc=0.6, threshold=0.5)
+
+
+def test_compute_metrics_matches_hand_computation() -> None:
+    metrics = compute_metrics(LABELS, PROBA, 0.5)
+    assert metrics.precision == pytest.approx(2 / 4)  # TP / (TP + FP)
+    assert metrics.recall == pytest.approx(2 / 3)  # TP / (TP + FN)
+    assert metrics.f1 == pytest.approx(4 / 7)  # 2 TP / (2 TP + FP + FN) = 4 / 7
+    # ROC AUC: positive-negative pairs ranked right: 0.9 beats 5, 0.6 beats 4, 0.3 beats 3 -> 12 / 15.
+    assert metrics.roc_auc == pytest.approx(12 / 15)
+    # Average precision: precision at each positive in score order: 1/1, 2/3, 3/5.
+    assert metrics.pr_auc == pytest.approx((1 + 2 / 3 + 3 / 5) / 3)
+    assert metrics.threshold == 0.5
+
+
+def test_threshold_moves_precision_and_recall() -> None:
+    strict = compute_metrics(LABELS, PROBA, 0.8)  # only 0.9 flagged: TP 1, FP 0, FN 2
+    assert strict.precision == pytest.approx(1.0)
+    assert strict.recall == pytest.approx(1 / 3)
+    assert strict.f1 == pytest.approx(0.5)
+    loose = compute_metrics(LABELS, PROBA, 0.25)  # TP 3, FP 2, FN 0
+    assert loose.precision == pytest.approx(3 / 5)
+    assert loose.recall == pytest.approx(1.0)
+    assert loose.f1 == pytest.approx(6 / 8)
+    # Ranking metrics do not depend on the threshold.
+    assert strict.roc_auc == loose.roc_auc
+    assert strict.pr_auc == loose.pr_auc
+
+
+def test_score_equal_to_threshold_counts_as_positive() -> None:
+    metrics = compute_metrics(np.array([1, 0]), np.array([0.5, 0.49]), 0.5)
+    assert metrics.precision == 1.0
+    assert metrics.recall == 1.0
+    assert metrics.f1 == 1.0
+
+
+def test_single_class_labels_give_nan_ranking_metrics_and_zero_f1() -> None:
+    metrics = compute_metrics(np.zeros(4, dtype=int), np.array([0.1, 0.2, 0.3, 0.4]), 0.5)
+    assert metrics.f1 == 0.0
+    assert metrics.precision == 0.0
+    assert metrics.recall == 0.0
+    assert math.isnan(metrics.roc_auc)
+    assert math.isnan(metrics.pr_auc)
+
+
+def test_no_production_model_promotes() -> None:
+    decision, reason = decide(_metrics(0.1), None, margin=0.02)
+    assert decision == "promote"
+    assert "no model in production" in reason
+
+
+def test_candidate_beating_production_by_margin_promotes() -> None:
+    decision, reason = decide(_metrics(0.8), _metrics(0.5), margin=0.25)
+    assert decision == "promote"
+    assert "0.8000" in reason
+    assert "0.5000" in reason
+
+
+def test_candidate_exactly_at_margin_promotes() -> None:
+    # 0.5 + 0.25 == 0.75 exactly in binary floating point.
+    decision, _ = decide(_metrics(0.75), _metrics(0.5), margin=0.25)
+    assert decision == "promote"
+
+
+def test_candidate_below_margin_rejects_and_names_both_f1s() -> None:
+    decision, reason = decide(_metrics(0.7499), _metrics(0.5), margin=0.25)
+    assert decision == "reject"
+    assert "0.7499" in reason
+    assert "0.5000" in reason
+    assert "0.25" in reason
+
+
+def test_worse_candidate_rejects_with_zero_margin() -> None:
+    decision, reason = decide(_metrics(0.61), _metrics(0.62), margin=0.0)
+    assert decision == "reject"
+    assert "0.6100" in reason
+    assert "0.6200" in reason
+    assert decide(_metrics(0.62), _metrics(0.62), margin=0.0)[0] == "promote"
+
+
+def test_promotion_tags_carry_decision_reason_and_both_metric_sets() -> None:
+    candidate = compute_metrics(LABELS, PROBA, 0.5)
+    production = _metrics(0.5)
+    decision, reason = decide(candidate, production, margin=0.02)
+    report = EvaluationReport(candidate=candidate, production=production, production_version="3",
+                              margin=0.02, decision=decision, reason=reason)
+    tags = promotion_tags(report)
+    assert tags["decision"] == "promote"
+    assert tags["decision_reason"] == reason
+    assert tags["promotion_margin"] == "0.02"
+    assert tags["production_version_at_evaluation"] == "3"
+    for field in Metrics.model_fields:
+        assert f"candidate_{field}" in tags
+        assert f"production_{field}" in tags
+    assert tags["candidate_f1"] == f"{4 / 7:.6f}"
+    assert tags["candidate_precision"] == "0.500000"
+    assert tags["production_f1"] == "0.500000"
+    assert tags["production_roc_auc"] == "0.900000"
+    assert all(isinstance(v, str) for v in tags.values())
+
+
+def test_promotion_tags_without_production_model() -> None:
+    candidate = compute_metrics(LABELS, PROBA, 0.5)
+    decision, reason = decide(candidate, None, margin=0.02)
+    report = EvaluationReport(candidate=candidate, production=None, production_version=None,
+                              margin=0.02, decision=decision, reason=reason)
+    tags = promotion_tags(report)
+    assert tags["decision"] == "promote"
+    assert tags["production_version_at_evaluation"] == "none"
+    assert not any(key.startswith("production_") and key != "production_version_at_evaluation"
+                   for key in tags)
+    assert tags["candidate_recall"] == f"{2 / 3:.6f}"
+
+
+def test_rejected_report_tags() -> None:
+    candidate = _metrics(0.4)
+    production = _metrics(0.6)
+    decision, reason = decide(candidate, production, margin=0.02)
+    report = EvaluationReport(candidate=candidate, production=production, production_version="7",
+                              margin=0.02, decision=decision, reason=reason)
+    tags = promotion_tags(report)
+    assert tags["decision"] == "reject"
+    assert "0.4000" in tags["decision_reason"]
+    assert "0.6000" in tags["decision_reason"]
+    assert tags["candidate_f1"] == "0.400000"
+    assert tags["production_f1"] == "0.600000"

@@ -1,0 +1,216 @@
+"""The data contract: the bundled file loads, derived input specs are ordered, bad files fail by name."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mlops.contract import DataContract, load_contract
+from mlops.errors import ConfigError
+from mlops.settings import BUNDLED_CONTRACT
+
+
+@pytest.fixture(scope="module")
+def contract() -> DataContract:
+    return load_contract(BUNDLED_CONTRACT)
+
+
+@pytest.fixture(scope="module")
+def raw() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(BUNDLED_CONTRACT.read_text())
+    return data
+
+
+def test_bundled_contract_loads(contract: DataContract) -> None:
+    assert contract.name == "card-transactions"
+    assert contract.id_column == "transaction_id"
+    assert contract.timestamp_column == "event_timestamp"
+    assert contract.label_column == "is_fraud"
+    assert [e.join_key for e in contract.entities] == ["customer_id", "merchant_id"]
+    assert contract.column("channel").categories == ("pos", "online", "atm", "contactless")
+    assert contract.column("amount").min == 0.01
+    assert contract.column("amount").max == 50000
+    assert [v.view_name for v in contract.feature_views] == ["customer_features", "merchant_features"]
+
+
+def test_window_delta_parses_units(contract: DataContract) -> None:
+    windows = {f.name: f.window_delta.total_seconds() for v in contract.feature_views for f in v.features}
+    assert windows["customer_txn_count_1h"] == 3600
+    assert windows["customer_txn_count_24h"] == 86400
+    assert windows["customer_amount_mean_7d"] == 7 * 86400
+
+
+def test_numeric_inputs_are_raw_fields_then_features(contract: DataContract) -> None:
+    assert contract.numeric_inputs == [
+        "amount",
+        "customer_txn_count_1h",
+        "customer_txn_count_24h",
+        "customer_amount_mean_7d",
+        "customer_amount_max_24h",
+        "customer_amount_sum_24h",
+        "merchant_txn_count_24h",
+        "merchant_amount_mean_7d",
+    ]
+    assert contract.feature_names == contract.numeric_inputs[1:]
+
+
+def test_log1p_mask_marks_amount_and_amount_features(contract: DataContract) -> None:
+    assert contract.log1p_mask == [True, False, False, True, True, True, False, True]
+    assert len(contract.log1p_mask) == len(contract.numeric_inputs)
+
+
+def test_request_fields(contract: DataContract) -> None:
+    assert contract.request_fields == [
+        "transaction_id",
+        "customer_id",
+        "merchant_id",
+        "event_timestamp",
+        "amount",
+        "merchant_category",
+        "channel",
+        "country",
+    ]
+    assert contract.label_column not in contract.request_fields
+
+
+def test_unknown_column_lookup_raises_key_error(contract: DataContract) -> None:
+    with pytest.raises(KeyError):
+        contract.column("nope")
+    with pytest.raises(KeyError):
+        contract.entity("nope")
+
+
+def _write(tmp_path: Path, data: dict[str, Any]) -> Path:
+    path = tmp_path / "contract.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_round_tripped_bundled_yaml_still_loads(tmp_path: Path, raw: dict[str, Any],
+                                                 contract: DataContract) -> None:
+    assert load_contract(_write(tmp_path, copy.deepcopy(raw))) == contract
+
+
+def test_missing_file_raises_config_error(tmp_path: Path) -> None:
+    missing = tmp_path / "absent.yaml"
+    with pytest.raises(ConfigError, match="not found") as info:
+        load_contract(missing)
+    assert str(missing) in info.value.message
+
+
+def test_invalid_yaml_raises_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("name: [unclosed\ncolumns: {\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_contract(path)
+
+
+def _undeclared_feature_column(data: dict[str, Any]) -> None:
+    data["feature_views"][0]["features"][2]["column"] = "balance"
+
+
+def _undeclared_model_input(data: dict[str, Any]) -> None:
+    data["model_inputs"]["numeric"].append({"name": "velocity"})
+
+
+def _categories_on_float(data: dict[str, Any]) -> None:
+    data["columns"][4]["categories"] = ["a", "b"]
+
+
+def _category_without_categories(data: dict[str, Any]) -> None:
+    del data["columns"][6]["categories"]
+
+
+def _duplicate_feature(data: dict[str, Any]) -> None:
+    data["feature_views"][1]["features"][0]["name"] = "customer_txn_count_24h"
+
+
+def _feature_named_like_column(data: dict[str, Any]) -> None:
+    data["feature_views"][1]["features"][0]["name"] = "amount"
+
+
+def _unknown_top_level_field(data: dict[str, Any]) -> None:
+    data["owner"] = "someone"
+
+
+def _unknown_column_field(data: dict[str, Any]) -> None:
+    data["columns"][4]["unit"] = "EUR"
+
+
+def _undeclared_entity(data: dict[str, Any]) -> None:
+    data["feature_views"][1]["entity"] = "terminal"
+
+
+def _bad_window(data: dict[str, Any]) -> None:
+    data["feature_views"][0]["features"][0]["window"] = "1w"
+
+
+def _mean_without_column(data: dict[str, Any]) -> None:
+    del data["feature_views"][0]["features"][2]["column"]
+
+
+def _unknown_log1p_feature(data: dict[str, Any]) -> None:
+    data["model_inputs"]["log1p_features"].append("customer_amount_median_7d")
+
+
+def _categorical_input_not_category(data: dict[str, Any]) -> None:
+    data["model_inputs"]["categorical"].append("customer_id")
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (_undeclared_feature_column, r"undeclared columns: \['balance'\]"),
+        (_undeclared_model_input, r"undeclared columns: \['velocity'\]"),
+        (_categories_on_float, r"column 'amount': categories are required for, and only for"),
+        (_category_without_categories, r"column 'channel': categories are required for"),
+        (_duplicate_feature, r"feature names must be unique.*customer_txn_count_24h"),
+        (_feature_named_like_column, r"feature names must be unique.*'amount'"),
+        (_unknown_top_level_field, r"owner\s+Extra inputs are not permitted"),
+        (_unknown_column_field, r"unit\s+Extra inputs are not permitted"),
+        (_undeclared_entity, r"undeclared entities: \['terminal'\]"),
+        (_bad_window, r"window\s+String should match pattern"),
+        (_mean_without_column, r"feature 'customer_amount_mean_7d': aggregation 'mean' needs a column"),
+        (_unknown_log1p_feature, r"log1p_features names unknown features: \['customer_amount_median_7d'\]"),
+        (_categorical_input_not_category, r"categorical model input 'customer_id' is not a category column"),
+    ],
+)
+def test_bad_contract_raises_config_error_naming_problem(
+    tmp_path: Path, raw: dict[str, Any], mutate: Callable[[dict[str, Any]], None], expected: str
+) -> None:
+    data = copy.deepcopy(raw)
+    mutate(data)
+    path = _write(tmp_path, data)
+    with pytest.raises(ConfigError, match=expected) as info:
+        load_contract(path)
+    assert str(path) in info.value.message
+    assert info.value.exit_code == 2
+
+
+def test_contract_is_frozen(contract: DataContract) -> None:
+    with pytest.raises(ValueError, match="frozen"):
+        contract.min_rows = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda raw: raw["columns"].append({"name": "amount", "dtype": "string"}), "declared more than once"),
+        (lambda raw: raw["label_rate"].update({"min": 0.5, "max": 0.1}), "min 0.5 is greater than max 0.1"),
+        (lambda raw: raw["columns"][4].update({"min": 10, "max": 1}), "min 10.0 is greater than max 1.0"),
+    ],
+)
+def test_inconsistent_contracts_are_rejected(
+    tmp_path: Path, change: Callable[[dict[str, Any]], None], message: str
+) -> None:
+    raw = yaml.safe_load(BUNDLED_CONTRACT.read_text())
+    change(raw)
+    path = tmp_path / "contract.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=message):
+        load_contract(path)

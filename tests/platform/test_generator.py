@@ -1,0 +1,150 @@
+"""The synthetic generator: deterministic per seed, on contract, with a real fraud signal and drift."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from pandas.testing import assert_frame_equal, assert_series_equal
+
+from mlops.contract import DataContract, load_contract
+from mlops.data.generator import RISKY_COUNTRIES, SCENARIOS, Scenario, generate_transactions
+from mlops.settings import BUNDLED_CONTRACT
+
+N = 20_000
+SEED = 3
+
+
+@pytest.fixture(scope="module")
+def contract() -> DataContract:
+    return load_contract(BUNDLED_CONTRACT)
+
+
+@pytest.fixture(scope="module")
+def base() -> pd.DataFrame:
+    frame: pd.DataFrame = generate_transactions(N, seed=SEED)
+    return frame
+
+
+def _drifted(scenario: Scenario) -> pd.DataFrame:
+    frame: pd.DataFrame = generate_transactions(N, seed=SEED, scenario=scenario)
+    return frame
+
+
+def test_same_seed_gives_identical_frame(base: pd.DataFrame) -> None:
+    assert_frame_equal(generate_transactions(N, seed=SEED), base)
+
+
+def test_different_seed_gives_different_frame(base: pd.DataFrame) -> None:
+    other = generate_transactions(N, seed=SEED + 1)
+    assert not other["amount"].equals(base["amount"])
+    assert not other["customer_id"].equals(base["customer_id"])
+    assert not other["event_timestamp"].equals(base["event_timestamp"])
+
+
+@pytest.mark.parametrize("rate", [0.005, 0.015, 0.05])
+def test_fraud_rate_close_to_requested(rate: float) -> None:
+    frame = generate_transactions(10_000, seed=11, fraud_rate=rate)
+    assert len(frame) == 10_000
+    assert abs(frame["is_fraud"].mean() - rate) < 0.001
+
+
+def test_values_satisfy_contract(base: pd.DataFrame, contract: DataContract) -> None:
+    assert list(base.columns) == [c.name for c in contract.columns]
+    assert len(base) == N
+    for column in contract.columns:
+        values = base[column.name]
+        assert values.notna().all(), column.name
+        if column.categories is not None:
+            assert set(values.unique()) <= set(column.categories), column.name
+        if column.min is not None:
+            assert values.min() >= column.min, column.name
+        if column.max is not None:
+            assert values.max() <= column.max, column.name
+    assert set(base["is_fraud"].unique()) == {0, 1}
+    assert str(base["event_timestamp"].dt.tz) == "UTC"
+    assert base["event_timestamp"].is_monotonic_increasing
+    assert base["transaction_id"].is_unique
+    # Amounts are cents.
+    assert ((base["amount"] * 100).round() - base["amount"] * 100).abs().max() < 1e-6
+
+
+def test_timestamps_span_requested_days() -> None:
+    start = pd.Timestamp("2025-03-01", tz="UTC")
+    frame = generate_transactions(2_000, seed=4, days=10, start=start.to_pydatetime())
+    assert frame["event_timestamp"].min() >= start
+    assert frame["event_timestamp"].max() < start + pd.Timedelta(days=10)
+    assert frame["event_timestamp"].max() - frame["event_timestamp"].min() > pd.Timedelta(days=9)
+
+
+def test_fraud_signal_exists(base: pd.DataFrame) -> None:
+    fraud = base[base["is_fraud"] == 1]
+    legit = base[base["is_fraud"] == 0]
+    assert fraud["amount"].median() > 2.5 * legit["amount"].median()
+    fraud_online = (fraud["channel"] == "online").mean()
+    legit_online = (legit["channel"] == "online").mean()
+    assert fraud_online > legit_online + 0.2
+    fraud_risky = fraud["country"].isin(RISKY_COUNTRIES).mean()
+    legit_risky = legit["country"].isin(RISKY_COUNTRIES).mean()
+    assert fraud_risky > legit_risky + 0.2
+
+
+def test_fraud_comes_in_bursts_per_customer(base: pd.DataFrame) -> None:
+    fraud = base[base["is_fraud"] == 1].sort_values(["customer_id", "event_timestamp"])
+    gap = fraud.groupby("customer_id")["event_timestamp"].diff()
+    next_gap = -fraud.groupby("customer_id")["event_timestamp"].diff(-1)
+    # A fraud transaction nearly always has another fraud on the same card within the hour.
+    in_burst = (gap <= pd.Timedelta(hours=1)) | (next_gap <= pd.Timedelta(hours=1))
+    assert in_burst.mean() > 0.95
+
+
+def test_amount_inflation_scales_amounts_only(base: pd.DataFrame) -> None:
+    drifted = _drifted("amount_inflation")
+    ratio = drifted["amount"].sum() / base["amount"].sum()
+    assert ratio == pytest.approx(1.6, rel=0.01)
+    assert drifted["amount"].median() / base["amount"].median() == pytest.approx(1.6, rel=0.01)
+    assert_frame_equal(drifted.drop(columns="amount"), base.drop(columns="amount"))
+
+
+def test_online_shift_raises_online_share(base: pd.DataFrame) -> None:
+    drifted = _drifted("online_shift")
+    before = (base["channel"] == "online").mean()
+    after = (drifted["channel"] == "online").mean()
+    # 40% of rows move to online: expected share = before + 0.4 * (1 - before).
+    assert after == pytest.approx(before + 0.4 * (1 - before), abs=0.02)
+    assert_series_equal(drifted["amount"], base["amount"])
+
+
+def test_fraud_surge_raises_fraud_rate(base: pd.DataFrame) -> None:
+    drifted = _drifted("fraud_surge")
+    assert drifted["is_fraud"].mean() == pytest.approx(3 * base["is_fraud"].mean(), rel=0.05)
+    assert len(drifted) == N
+
+
+def test_new_countries_raises_risky_country_share(base: pd.DataFrame) -> None:
+    drifted = _drifted("new_countries")
+    before = base["country"].isin(RISKY_COUNTRIES).mean()
+    after = drifted["country"].isin(RISKY_COUNTRIES).mean()
+    assert before < 0.05
+    assert after > before + 0.2
+    assert_series_equal(drifted["amount"], base["amount"])
+
+
+def test_none_scenario_is_the_default(base: pd.DataFrame) -> None:
+    assert "none" in SCENARIOS
+    assert_frame_equal(_drifted("none"), base)
+
+
+def test_unknown_scenario_raises_value_error() -> None:
+    with pytest.raises(ValueError, match="unknown scenario 'meteor'"):
+        generate_transactions(1_000, scenario="meteor")  # type: ignore[arg-type]
+
+
+def test_too_few_rows_raises_value_error() -> None:
+    with pytest.raises(ValueError, match="at least 100"):
+        generate_transactions(99)
+
+
+@pytest.mark.parametrize(("rate", "scenario"), [(-0.01, "none"), (0.2, "fraud_surge")])
+def test_impossible_fraud_rates_are_refused(rate: float, scenario: Scenario) -> None:
+    with pytest.raises(ValueError, match="fraud rate"):
+        generate_transactions(500, fraud_rate=rate, scenario=scenario)

@@ -1,0 +1,198 @@
+"""Ingestion: content-addressed, read-only snapshots from CSV/Parquet paths and fsspec URLs."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import shutil
+import stat
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from mlops.contract import DataContract, load_contract
+from mlops.data.generator import generate_transactions
+from mlops.data.ingest import Snapshot, ingest
+from mlops.errors import IngestError, InputError
+from mlops.settings import BUNDLED_CONTRACT
+
+
+@pytest.fixture(scope="module")
+def contract() -> DataContract:
+    return load_contract(BUNDLED_CONTRACT)
+
+
+@pytest.fixture(scope="module")
+def frame() -> pd.DataFrame:
+    frame: pd.DataFrame = generate_transactions(300, seed=9)
+    return frame
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _assert_snapshot(snapshot: Snapshot, source: Path, snapshots: Path, rows: int) -> None:
+    assert snapshot.sha256 == _sha(source)
+    assert snapshot.path == snapshots / snapshot.sha256 / "data.parquet"
+    assert snapshot.path.is_file()
+    assert snapshot.rows == rows
+    meta = json.loads(snapshot.meta_path.read_text())
+    assert meta["sha256"] == snapshot.sha256
+    assert meta["rows"] == rows
+    assert meta["path"] == str(snapshot.path)
+
+
+def test_csv_source(tmp_path: Path, frame: pd.DataFrame, contract: DataContract) -> None:
+    source = tmp_path / "tx.csv"
+    frame.to_csv(source, index=False)
+    snapshots = tmp_path / "snapshots"
+    snapshot = ingest(str(source), snapshots, contract)
+    _assert_snapshot(snapshot, source, snapshots, len(frame))
+    assert snapshot.source == str(source)
+    stored = pd.read_parquet(snapshot.path)
+    assert list(stored.columns) == list(frame.columns)
+    pd.testing.assert_series_equal(stored["event_timestamp"], frame["event_timestamp"], check_dtype=False)
+    pd.testing.assert_series_equal(stored["amount"], frame["amount"])
+    pd.testing.assert_series_equal(stored["transaction_id"], frame["transaction_id"])
+
+
+def test_parquet_source(tmp_path: Path, frame: pd.DataFrame, contract: DataContract) -> None:
+    source = tmp_path / "tx.parquet"
+    frame.to_parquet(source, index=False)
+    snapshots = tmp_path / "snapshots"
+    snapshot = ingest(str(source), snapshots, contract)
+    _assert_snapshot(snapshot, source, snapshots, len(frame))
+    pd.testing.assert_frame_equal(pd.read_parquet(snapshot.path), frame, check_dtype=False)
+
+
+def test_gzipped_csv_source(tmp_path: Path, frame: pd.DataFrame, contract: DataContract) -> None:
+    source = tmp_path / "tx.csv.gz"
+    source.write_bytes(gzip.compress(frame.to_csv(index=False).encode()))
+    snapshot = ingest(str(source), tmp_path / "snapshots", contract)
+    assert snapshot.sha256 == _sha(source)
+    assert snapshot.rows == len(frame)
+
+
+def test_snapshot_files_are_read_only(tmp_path: Path, frame: pd.DataFrame, contract: DataContract) -> None:
+    source = tmp_path / "tx.parquet"
+    frame.to_parquet(source, index=False)
+    snapshot = ingest(str(source), tmp_path / "snapshots", contract)
+    for path in (snapshot.path, snapshot.meta_path):
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) == 0, oct(mode)
+    assert not list(snapshot.path.parent.glob("*.tmp"))
+
+
+def test_same_bytes_twice_reuse_the_snapshot(tmp_path: Path, frame: pd.DataFrame,
+                                             contract: DataContract) -> None:
+    source = tmp_path / "tx.csv"
+    frame.to_csv(source, index=False)
+    snapshots = tmp_path / "snapshots"
+    first = ingest(str(source), snapshots, contract)
+    data_mtime = first.path.stat().st_mtime_ns
+    meta_mtime = first.meta_path.stat().st_mtime_ns
+    copy = tmp_path / "copy" / "again.csv"
+    copy.parent.mkdir()
+    shutil.copyfile(source, copy)
+    second = ingest(str(copy), snapshots, contract)
+    assert second.path == first.path
+    assert second.sha256 == first.sha256
+    assert second.rows == first.rows
+    assert first.path.stat().st_mtime_ns == data_mtime
+    assert first.meta_path.stat().st_mtime_ns == meta_mtime
+    assert [p.name for p in snapshots.iterdir()] == [first.sha256]
+
+
+def test_different_bytes_give_a_different_snapshot(tmp_path: Path, frame: pd.DataFrame,
+                                                   contract: DataContract) -> None:
+    one, two = tmp_path / "one.csv", tmp_path / "two.csv"
+    frame.to_csv(one, index=False)
+    frame.iloc[:-1].to_csv(two, index=False)
+    snapshots = tmp_path / "snapshots"
+    first = ingest(str(one), snapshots, contract)
+    second = ingest(str(two), snapshots, contract)
+    assert first.sha256 != second.sha256
+    assert second.rows == first.rows - 1
+
+
+def test_file_url_source(tmp_path: Path, frame: pd.DataFrame, contract: DataContract) -> None:
+    source = tmp_path / "tx.parquet"
+    frame.to_parquet(source, index=False)
+    snapshot = ingest(source.as_uri(), tmp_path / "snapshots", contract)
+    assert source.as_uri().startswith("file://")
+    assert snapshot.sha256 == _sha(source)
+    assert snapshot.rows == len(frame)
+
+
+def test_missing_path_raises_ingest_error(tmp_path: Path, contract: DataContract) -> None:
+    missing = tmp_path / "nowhere.csv"
+    with pytest.raises(IngestError, match="not found") as info:
+        ingest(str(missing), tmp_path / "snapshots", contract)
+    assert info.value.field == "source"
+    assert isinstance(info.value, InputError)
+    assert info.value.http_status == 422
+    assert not (tmp_path / "snapshots").exists()
+
+
+def test_unknown_extension_raises_ingest_error(tmp_path: Path, frame: pd.DataFrame,
+                                               contract: DataContract) -> None:
+    source = tmp_path / "tx.json"
+    frame.to_json(source)
+    with pytest.raises(IngestError, match="cannot tell the format") as info:
+        ingest(str(source), tmp_path / "snapshots", contract)
+    assert info.value.field == "source"
+    assert not (tmp_path / "snapshots").exists()
+
+
+def test_garbage_parquet_raises_ingest_error(tmp_path: Path, contract: DataContract) -> None:
+    source = tmp_path / "tx.parquet"
+    source.write_bytes(b"this is not a parquet file\n" * 10)
+    with pytest.raises(IngestError, match="not readable parquet") as info:
+        ingest(str(source), tmp_path / "snapshots", contract)
+    assert info.value.field == "source"
+    assert not (tmp_path / "snapshots").exists()
+
+
+def test_empty_csv_gives_zero_row_snapshot(tmp_path: Path, contract: DataContract) -> None:
+    source = tmp_path / "empty.csv"
+    source.write_bytes(b"")
+    snapshot = ingest(str(source), tmp_path / "snapshots", contract)
+    assert snapshot.rows == 0
+    assert snapshot.sha256 == hashlib.sha256(b"").hexdigest()
+    stored = pd.read_parquet(snapshot.path)
+    assert len(stored) == 0
+    assert list(stored.columns) == [c.name for c in contract.columns]
+
+
+def test_timestamps_are_parsed_to_utc(tmp_path: Path, contract: DataContract) -> None:
+    source = tmp_path / "tz.csv"
+    source.write_text(
+        "transaction_id,customer_id,merchant_id,event_timestamp,amount,merchant_category,channel,country,is_fraud\n"
+        "T1,C1,M1,2026-01-01T12:00:00+02:00,10.5,grocery,pos,US,0\n"
+        "T2,C1,M1,2026-01-01T23:30:00-05:00,20.0,fuel,online,US,1\n"
+    )
+    snapshot = ingest(str(source), tmp_path / "snapshots", contract)
+    stored = pd.read_parquet(snapshot.path)
+    assert str(stored["event_timestamp"].dt.tz) == "UTC"
+    assert stored["event_timestamp"].tolist() == [
+        pd.Timestamp("2026-01-01T10:00:00", tz="UTC"),
+        pd.Timestamp("2026-01-02T04:30:00", tz="UTC"),
+    ]
+
+
+def test_interrupted_ingest_is_redone(tmp_path: Path, frame: pd.DataFrame, contract: DataContract) -> None:
+    """A crash after data.parquet landed but before meta.json was written must not poison the hash."""
+    source = tmp_path / "tx.parquet"
+    frame.to_parquet(source, index=False)
+    snapshots = tmp_path / "snapshots"
+    leftover = snapshots / _sha(source) / "data.parquet"
+    leftover.parent.mkdir(parents=True)
+    leftover.write_bytes(b"half-written")
+    leftover.chmod(0o444)
+    snapshot = ingest(str(source), snapshots, contract)
+    assert snapshot.rows == len(frame)
+    assert json.loads(snapshot.meta_path.read_text())["rows"] == len(frame)
+    pd.testing.assert_frame_equal(pd.read_parquet(snapshot.path), frame, check_dtype=False)

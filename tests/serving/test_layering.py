@@ -1,0 +1,53 @@
+"""The service stays small and safe: no training stack, no sibling packages, no pickle, no import effects."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SERVING = Path(__file__).resolve().parents[2] / "serving"
+# Training/validation/monitoring stacks keep the image small; pickle-family loaders run code on load.
+FORBIDDEN = frozenset({"torch", "great_expectations", "evidently", "pipelines", "monitoring",
+                       "pickle", "cloudpickle", "dill", "joblib"})
+
+
+def _imported_roots(path: Path) -> set[str]:
+    roots: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            roots.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def test_serving_sources_exist() -> None:
+    assert {p.name for p in SERVING.glob("*.py")} >= {"app.py", "schemas.py", "main.py"}
+
+
+@pytest.mark.parametrize("path", sorted(SERVING.rglob("*.py")), ids=lambda p: p.name)
+def test_no_forbidden_imports(path: Path) -> None:
+    assert _imported_roots(path) & FORBIDDEN == set()
+
+
+def test_importing_the_service_has_no_side_effects(tmp_path: Path) -> None:
+    """In a fresh interpreter: no heavy or sibling stack loaded, no state folder or file created."""
+    home = tmp_path / "home"
+    probe = (
+        "import sys, serving.app, serving.main, serving.predictor, serving.schemas, serving.errors\n"
+        "loaded = sorted(m for m in ('torch', 'feast', 'great_expectations', 'evidently', 'pipelines',"
+        " 'monitoring') if m in sys.modules)\n"
+        "assert not loaded, loaded\n"
+    )
+    env = {**os.environ, "MLOPS_HOME": str(home)}
+    result = subprocess.run([sys.executable, "-c", probe], env=env, cwd=tmp_path, capture_output=True,
+                            text=True, timeout=120, check=False)
+
+    assert result.returncode == 0, result.stderr
+    assert not home.exists()
+    assert list(tmp_path.iterdir()) == []
