@@ -38,13 +38,14 @@ class Snapshot:
 
 def ingest(source: str, snapshots_dir: Path, contract: DataContract) -> Snapshot:
     """Snapshot ``source``; returns the snapshot (an existing one when the bytes were seen before)."""
+    fmt = _format_of(source)
     payload = _read_bytes(source)
     digest = hashlib.sha256(payload).hexdigest()
     target = snapshots_dir / digest / "data.parquet"
     if (target.parent / "meta.json").exists():  # meta.json is written last: it marks a whole snapshot
         meta = json.loads((target.parent / "meta.json").read_text())
         return Snapshot(path=target, sha256=digest, rows=int(meta["rows"]), source=source)
-    frame = _parse(payload, source, contract)
+    frame = _parse(payload, source, fmt, contract)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(".tmp")
     frame.to_parquet(tmp, index=False)
@@ -76,8 +77,7 @@ def _format_of(source: str) -> str:
     raise IngestError(f"cannot tell the format of {source}: use a .csv or .parquet name", field="source")
 
 
-def _parse(payload: bytes, source: str, contract: DataContract) -> pd.DataFrame:
-    fmt = _format_of(source)
+def _parse(payload: bytes, source: str, fmt: str, contract: DataContract) -> pd.DataFrame:
     if not payload.strip():
         # An empty file is data with no rows: validation, not ingestion, rejects it by name.
         return pd.DataFrame({c.name: pd.Series(dtype="object") for c in contract.columns})
