@@ -4,6 +4,7 @@ so the core never imports them at import time. Errors print one line and exit no
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -22,7 +23,8 @@ model_app = typer.Typer(help="Inspect the model registry.", no_args_is_help=True
 app.add_typer(data_app, name="data")
 app.add_typer(pipeline_app, name="pipeline")
 app.add_typer(model_app, name="model")
-console = Console()
+# Piped output (make, CI logs) would otherwise be cut to 80 columns, squeezing the demo's table.
+console = Console(width=None if sys.stdout.isatty() else 140)
 err_console = Console(stderr=True)
 _BAD_INPUT_STEPS = {"ingest", "validate"}
 

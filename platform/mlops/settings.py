@@ -35,7 +35,7 @@ class Settings(BaseSettings):
     learning_rate: float = Field(default=2e-3, gt=0)
     parity_tolerance: float = Field(default=1e-5, gt=0)
     device: str = Field(default="auto", pattern="^(auto|cpu|cuda)$")
-    demo_rows: int = Field(default=60_000, ge=1_000)
+    demo_rows: int = Field(default=30_000, ge=1_000)
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
 
