@@ -123,10 +123,18 @@ def promote(settings: Settings, version: str) -> str | None:
 
 def list_versions(settings: Settings) -> list[dict[str, str]]:
     """Every version with its tags and aliases, newest first."""
+    from mlflow.exceptions import MlflowException
+
     mlflow_client = client(settings)
+    try:
+        # search_model_versions leaves aliases empty; the registered model knows them.
+        aliases: dict[str, str] = dict(mlflow_client.get_registered_model(settings.model_name).aliases)
+    except MlflowException:
+        return []
     versions = mlflow_client.search_model_versions(f"name = '{settings.model_name}'")
     rows = []
     for v in sorted(versions, key=lambda mv: int(mv.version), reverse=True):
-        rows.append({"version": str(v.version), "aliases": ",".join(v.aliases), "stage": str(v.current_stage),
+        held = ",".join(sorted(a for a, version in aliases.items() if str(version) == str(v.version)))
+        rows.append({"version": str(v.version), "aliases": held, "stage": str(v.current_stage),
                      **{k: str(val) for k, val in v.tags.items()}})
     return rows
