@@ -5,7 +5,6 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-import mlflow
 import onnx
 import pytest
 from onnx import TensorProto, helper
