@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
+import http.server
 import json
 import shutil
 import stat
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -196,3 +200,30 @@ def test_interrupted_ingest_is_redone(tmp_path: Path, frame: pd.DataFrame, contr
     assert snapshot.rows == len(frame)
     assert json.loads(snapshot.meta_path.read_text())["rows"] == len(frame)
     pd.testing.assert_frame_equal(pd.read_parquet(snapshot.path), frame, check_dtype=False)
+
+
+@pytest.fixture
+def http_root(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """A real HTTP server on loopback serving files from a folder."""
+    root = tmp_path / "www"
+    root.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_http_url_source(http_root: tuple[Path, str], tmp_path: Path, frame: pd.DataFrame,
+                         contract: DataContract) -> None:
+    root, base_url = http_root
+    frame.to_parquet(root / "tx.parquet", index=False)
+    snapshot = ingest(f"{base_url}/tx.parquet", tmp_path / "snapshots", contract)
+    assert snapshot.sha256 == hashlib.sha256((root / "tx.parquet").read_bytes()).hexdigest()
+    assert snapshot.rows == len(frame)
+    with pytest.raises(IngestError, match="source not found"):
+        ingest(f"{base_url}/missing.parquet", tmp_path / "snapshots", contract)
