@@ -87,7 +87,8 @@ def run_demo(settings: Settings, rows: int, console: Console) -> None:
     console.print(f"[1/4] {rows:,} transactions ({frame[contract.label_column].mean():.2%} fraud) -> {data_path}")
     console.print("[2/4] running the training pipeline (kfp.local; each step logs below)")
     outcome = run_pipeline(str(data_path), settings)
-    console.print(f"[2/4] pipeline done: version {outcome.version} {outcome.decision}d; "
+    verdict = {"promote": "promoted", "reject": "registered, not promoted"}.get(outcome.decision, outcome.decision)
+    console.print(f"[2/4] pipeline done: version {outcome.version} {verdict}; "
                   f"production is version {outcome.production_version}")
     port = free_port(settings.host)
     base_url = f"http://{settings.host}:{port}"
