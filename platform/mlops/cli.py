@@ -24,7 +24,7 @@ app.add_typer(data_app, name="data")
 app.add_typer(pipeline_app, name="pipeline")
 app.add_typer(model_app, name="model")
 # Piped output (make, CI logs) would otherwise be cut to 80 columns, squeezing the demo's table.
-console = Console(width=None if sys.stdout.isatty() else 140)
+console = Console(width=None if sys.stdout.isatty() else 140, soft_wrap=True)
 err_console = Console(stderr=True)
 _BAD_INPUT_STEPS = {"ingest", "validate"}
 
