@@ -10,19 +10,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from mlops.contract import DataContract, load_contract
+from mlops.contract import DataContract
 from mlops.data.generator import generate_transactions
 from mlops.feature_store import online_features, open_store
-from mlops.settings import BUNDLED_CONTRACT, Settings
+from mlops.settings import Settings
 from pipelines.steps.preprocess import SPLITS, SplitSummary, preprocess, time_split
 
 TS = "event_timestamp"
 ID = "transaction_id"
 
-
-@pytest.fixture(scope="module")
-def contract() -> DataContract:
-    return load_contract(BUNDLED_CONTRACT)
 
 
 @pytest.mark.parametrize("n_rows", [100, 1000, 1237])

@@ -13,12 +13,12 @@ from mlflow.tracking import MlflowClient
 from pydantic import ValidationError
 from sklearn.metrics import roc_auc_score
 
-from mlops.contract import DataContract, load_contract
+from mlops.contract import DataContract
 from mlops.data.generator import generate_transactions
 from mlops.errors import TrainingError
 from mlops.inference import OnnxModel
 from mlops.model import encode
-from mlops.settings import BUNDLED_CONTRACT, Settings
+from mlops.settings import Settings
 from pipelines.steps.train import (
     EpochMetrics,
     ExportResult,
@@ -45,10 +45,6 @@ def _with_features(df: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
             df[feature.name] = rolled.to_numpy()
     return df
 
-
-@pytest.fixture(scope="module")
-def contract() -> DataContract:
-    return load_contract(BUNDLED_CONTRACT)
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from mlops.contract import DataContract, load_contract
+from mlops.contract import DataContract
 from mlops.data.generator import generate_transactions
 from mlops.data.ingest import ingest
 from mlops.errors import DataValidationError, InputError
-from mlops.settings import BUNDLED_CONTRACT
 from pipelines.steps.validate import (
     HTML_NAME,
     JSON_NAME,
@@ -22,11 +21,6 @@ from pipelines.steps.validate import (
     suite_plan,
     validate_snapshot,
 )
-
-
-@pytest.fixture(scope="module")
-def contract() -> DataContract:
-    return load_contract(BUNDLED_CONTRACT)
 
 
 @pytest.fixture(scope="module")

@@ -16,11 +16,6 @@ from mlops.settings import BUNDLED_CONTRACT
 
 
 @pytest.fixture(scope="module")
-def contract() -> DataContract:
-    return load_contract(BUNDLED_CONTRACT)
-
-
-@pytest.fixture(scope="module")
 def raw() -> dict[str, Any]:
     data: dict[str, Any] = yaml.safe_load(BUNDLED_CONTRACT.read_text())
     return data

@@ -6,17 +6,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mlops.contract import DataContract, FeatureViewSpec, load_contract
+from mlops.contract import DataContract, FeatureViewSpec
 from mlops.data.generator import generate_transactions
 from mlops.features import NO_HISTORY_VALUE, compute_all_views, compute_view, feature_defaults
-from mlops.settings import BUNDLED_CONTRACT
 
 TS = "event_timestamp"
 
-
-@pytest.fixture(scope="module")
-def contract() -> DataContract:
-    return load_contract(BUNDLED_CONTRACT)
 
 
 @pytest.fixture(scope="module")

@@ -6,17 +6,12 @@ import pandas as pd
 import pytest
 from pandas.testing import assert_frame_equal, assert_series_equal
 
-from mlops.contract import DataContract, load_contract
+from mlops.contract import DataContract
 from mlops.data.generator import RISKY_COUNTRIES, SCENARIOS, Scenario, generate_transactions
-from mlops.settings import BUNDLED_CONTRACT
 
 N = 20_000
 SEED = 3
 
-
-@pytest.fixture(scope="module")
-def contract() -> DataContract:
-    return load_contract(BUNDLED_CONTRACT)
 
 
 @pytest.fixture(scope="module")

@@ -16,16 +16,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from mlops.contract import DataContract, load_contract
+from mlops.contract import DataContract
 from mlops.data.generator import generate_transactions
 from mlops.data.ingest import Snapshot, ingest
 from mlops.errors import IngestError, InputError
-from mlops.settings import BUNDLED_CONTRACT
-
-
-@pytest.fixture(scope="module")
-def contract() -> DataContract:
-    return load_contract(BUNDLED_CONTRACT)
 
 
 @pytest.fixture(scope="module")

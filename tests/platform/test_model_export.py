@@ -14,20 +14,15 @@ import pytest
 import torch
 from onnx import TensorProto, numpy_helper
 
-from mlops.contract import DataContract, load_contract
+from mlops.contract import DataContract
 from mlops.data.generator import generate_transactions
 from mlops.errors import ExportParityError, InputError
 from mlops.inference import OnnxModel
 from mlops.model import UNKNOWN_INDEX, FraudMLP, encode, fit_vocabularies
 from mlops.onnx_export import check_parity, export_onnx
-from mlops.settings import BUNDLED_CONTRACT
 
 THRESHOLD = 0.37
 
-
-@pytest.fixture(scope="module")
-def contract() -> DataContract:
-    return load_contract(BUNDLED_CONTRACT)
 
 
 @pytest.fixture(scope="module")
