@@ -55,6 +55,8 @@ def tracked_step(run_id: str, step: str) -> Iterator[None]:
             yield
         except Exception as exc:
             reason = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, DataValidationError) and exc.report_path:
+                reason = f"{reason} (report: {Path(exc.report_path).with_suffix('.html')})"
             mlflow.set_tags({"failed_step": step, "failure_reason": str(reason)[:4000]})
             raise
 
