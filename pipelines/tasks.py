@@ -27,14 +27,16 @@ from mlops.settings import Settings
 from pipelines.steps.deploy import deploy_version, promotion_tags
 from pipelines.steps.evaluate import evaluate
 from pipelines.steps.preprocess import SPLITS, preprocess
-from pipelines.steps.validate import ValidationReport, log_validation_to_mlflow, validate_snapshot
+from pipelines.steps.validate import check_snapshot, log_validation_to_mlflow, raise_for_failures
 
 log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def _context() -> tuple[Settings, DataContract]:
+    """Settings and contract of this step process, with MLflow pointed at the settings' stores."""
     settings = Settings()
+    registry.client(settings)
     return settings, load_contract(settings.contract_path)
 
 
@@ -81,23 +83,17 @@ def ingest_task(source: str, snapshot_out: Path, run_name: str = "") -> tuple[st
 
 def validate_task(snapshot: Path, run_id: str, report_dir: Path) -> None:
     """Validate the snapshot; the report is logged either way and a failure stops the pipeline."""
-    settings, contract = _context()
-    registry.client(settings)
+    _, contract = _context()
     with tracked_step(run_id, "validate"):
-        try:
-            report = validate_snapshot(snapshot, contract, report_dir)
-        except DataValidationError:
-            failed = ValidationReport.model_validate_json((report_dir / "validation.json").read_text())
-            log_validation_to_mlflow(failed, run_id)
-            raise
+        report = check_snapshot(snapshot, contract, report_dir)
         log_validation_to_mlflow(report, run_id)
+        raise_for_failures(report)
     log.info("validation passed: %d expectations on %d rows", len(report.results), report.rows)
 
 
 def preprocess_task(snapshot: Path, run_id: str, split_paths: dict[str, Path]) -> None:
     """Features, materialization, time split; the splits land at ``split_paths[name]``."""
     settings, contract = _context()
-    registry.client(settings)
     with tempfile.TemporaryDirectory() as tmp, tracked_step(run_id, "preprocess"):
         summaries = preprocess(snapshot, contract, settings, Path(tmp))
         for summary in summaries:
@@ -120,7 +116,6 @@ def train_task(train: Path, validation: Path, test: Path, run_id: str, model_dir
     )
 
     settings, contract = _context()
-    registry.client(settings)
     params = TrainParams.from_settings(settings)
     frames = {name: pd.read_parquet(path) for name, path in zip(SPLITS, (train, validation, test), strict=True)}
 
@@ -145,7 +140,6 @@ def evaluate_task(test: Path, model_dir: Path, model_uri: str, run_id: str,
                   eval_dir: Path) -> tuple[str, str]:
     """Score candidate and production, register the candidate with the decision; returns (decision, version)."""
     settings, contract = _context()
-    registry.client(settings)
     frame = pd.read_parquet(test)
     candidate = OnnxModel(model_dir / registry.ONNX_FILE)
     prod_version = registry.alias_version(settings)
@@ -155,16 +149,14 @@ def evaluate_task(test: Path, model_dir: Path, model_uri: str, run_id: str,
             production = OnnxModel(registry.download_version(settings, prod_version, Path(tmp)).onnx_path)
         report = evaluate(frame, contract, candidate, production, prod_version, settings.promotion_margin,
                           eval_dir)
-    with tracked_step(run_id, "evaluate"):
         mlflow.log_metrics({f"test_{k}": v for k, v in report.candidate.model_dump().items()})
         if report.production is not None:
             mlflow.log_metrics({f"production_test_{k}": v for k, v in report.production.model_dump().items()})
         (eval_dir / "report.json").write_text(report.model_dump_json(indent=2))
         mlflow.log_artifacts(str(eval_dir), "evaluation")
-        mlflow.set_tags({"decision": report.decision, "decision_reason": report.reason})
-    version = registry.register_version(settings, model_uri, run_id, promotion_tags(report))
-    client = registry.client(settings)
-    client.set_tag(run_id, "registered_version", version)
+        version = registry.register_version(settings, model_uri, run_id, promotion_tags(report))
+        mlflow.set_tags({"decision": report.decision, "decision_reason": report.reason,
+                         "registered_version": version})
     log.info("registered %s v%s: %s (%s)", settings.model_name, version, report.decision, report.reason)
     return report.decision, version
 
@@ -172,10 +164,11 @@ def evaluate_task(test: Path, model_dir: Path, model_uri: str, run_id: str,
 def deploy_task(run_id: str) -> None:
     """Point the serving alias (and the Production stage) at the version this run registered."""
     settings, _ = _context()
-    version = registry.client(settings).get_run(run_id).data.tags.get("registered_version")
-    if version is None:
-        raise PipelineError(f"MLflow run {run_id} registered no model version; nothing to deploy", step="deploy")
     with tracked_step(run_id, "deploy"):
+        version = mlflow.get_run(run_id).data.tags.get("registered_version")
+        if version is None:
+            raise PipelineError(f"MLflow run {run_id} registered no model version; nothing to deploy",
+                                step="deploy")
         previous = deploy_version(settings, version)
         mlflow.set_tags({"deployed_version": version})
     log.info("%s v%s now holds alias %r (was %s)", settings.model_name, version, settings.serving_alias,

@@ -37,8 +37,7 @@ class Predictor:
         self.store = store
         self.model = model
         self.served = served
-        inputs = contract.model_inputs
-        self._raw_inputs = [n.name for n in inputs.numeric] + list(inputs.categorical)
+        self._raw_inputs = contract.raw_inputs
         self._join_keys = [e.join_key for e in contract.entities]
         # Feast's SQLite online store shares one connection between threads; the lookup is short,
         # so serialize it. InferenceSession.run is thread-safe and runs unlocked.

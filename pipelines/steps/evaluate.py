@@ -4,7 +4,7 @@ the promotion decision, and pictures (PR curve, confusion matrix) for people."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -91,13 +91,19 @@ def evaluate(test: pd.DataFrame, contract: DataContract, candidate: OnnxModel,
                             decision=decision, reason=reason)
 
 
-def _plot_pr_curves(labels: np.ndarray, proba: np.ndarray, prod_proba: np.ndarray | None,
-                    prod_version: str | None, path: Path) -> None:
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend (steps run without a display)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _plot_pr_curves(labels: np.ndarray, proba: np.ndarray, prod_proba: np.ndarray | None,
+                    prod_version: str | None, path: Path) -> None:
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4.5))
     curves = [("candidate", proba)] + ([(f"production v{prod_version}", prod_proba)] if prod_proba is not None else [])
     for label, scores in curves:
@@ -113,11 +119,7 @@ def _plot_pr_curves(labels: np.ndarray, proba: np.ndarray, prod_proba: np.ndarra
 
 
 def _plot_confusion(labels: np.ndarray, predicted: np.ndarray, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     matrix = confusion_matrix(labels, predicted, labels=[0, 1])
     fig, ax = plt.subplots(figsize=(4.5, 4))
     ax.imshow(matrix, cmap="Blues")

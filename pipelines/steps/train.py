@@ -28,6 +28,7 @@ from mlops.contract import DataContract
 from mlops.errors import TrainingError
 from mlops.model import FraudMLP, encode, fit_vocabularies
 from mlops.onnx_export import check_parity, export_onnx
+from mlops.registry import ONNX_FILE
 from mlops.settings import Settings
 
 if TYPE_CHECKING:
@@ -35,19 +36,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ONNX_FILENAME = "model.onnx"
 _EVAL_BATCH = 8192
 
 
 class TrainParams(BaseModel):
+    """The training knobs; their defaults live in Settings (``from_settings``), not here."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    seed: int = 42
-    max_epochs: int = Field(default=30, ge=1)
-    patience: int = Field(default=4, ge=1)
-    batch_size: int = Field(default=512, ge=1)
-    learning_rate: float = Field(default=2e-3, gt=0)
-    device: str = Field(default="auto", pattern="^(auto|cpu|cuda)$")
+    seed: int
+    max_epochs: int = Field(ge=1)
+    patience: int = Field(ge=1)
+    batch_size: int = Field(ge=1)
+    learning_rate: float = Field(gt=0)
+    device: str = Field(pattern="^(auto|cpu|cuda)$")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TrainParams:
@@ -246,7 +248,7 @@ def export_and_check(
     metadata: dict[str, str],
 ) -> ExportResult:
     """Export to ``out_dir/model.onnx`` and verify it scores ``test`` like the torch model."""
-    path = export_onnx(result.model, contract, result.vocabs, Path(out_dir) / ONNX_FILENAME,
+    path = export_onnx(result.model, contract, result.vocabs, Path(out_dir) / ONNX_FILE,
                        threshold=result.threshold, metadata=metadata)
     diff = check_parity(result.model, path, test, contract, result.vocabs, tolerance)
     log.info("exported %s; parity max abs diff %.3g", path, diff)

@@ -96,6 +96,13 @@ def suite_plan(contract: DataContract) -> list[tuple[str, dict[str, Any]]]:
 
 def validate_snapshot(snapshot_path: Path, contract: DataContract, report_dir: Path) -> ValidationReport:
     """Run the contract's suite on a parquet snapshot; write the report; raise if anything failed."""
+    report = check_snapshot(snapshot_path, contract, report_dir)
+    raise_for_failures(report)
+    return report
+
+
+def check_snapshot(snapshot_path: Path, contract: DataContract, report_dir: Path) -> ValidationReport:
+    """Run the contract's suite on a parquet snapshot and write the report; never raises on bad data."""
     try:
         frame = pd.read_parquet(snapshot_path)
     except FileNotFoundError as exc:
@@ -111,12 +118,16 @@ def validate_snapshot(snapshot_path: Path, contract: DataContract, report_dir: P
     )
     Path(report.report_path).write_text(report.model_dump_json(indent=2))
     (report_dir / HTML_NAME).write_text(_render_html(report, contract.name))
+    return report
+
+
+def raise_for_failures(report: ValidationReport) -> None:
+    """DataValidationError naming every failed expectation, when any failed."""
     if not report.success:
         failed = report.failed
         raise DataValidationError(
             "data validation failed: " + "; ".join(failed), failed=failed, report_path=report.report_path
         )
-    return report
 
 
 def log_validation_to_mlflow(report: ValidationReport, run_id: str) -> None:

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from mlops.errors import MLOpsError, PipelineError
+from mlops.errors import MLOpsError
 from mlops.settings import Settings
 
 app = typer.Typer(help="MLOps platform: data -> validated features -> model -> registry -> endpoint.",
@@ -26,15 +26,15 @@ app.add_typer(model_app, name="model")
 # Piped output (make, CI logs) would otherwise be cut to 80 columns, squeezing the demo's table.
 console = Console(width=None if sys.stdout.isatty() else 140, soft_wrap=True)
 err_console = Console(stderr=True)
-_BAD_INPUT_STEPS = {"ingest", "validate"}
+
+
+def _error_exit(message: str, code: int) -> NoReturn:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
 
 
 def _fail(exc: MLOpsError) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
-    code = exc.exit_code
-    if isinstance(exc, PipelineError):
-        code = 2 if exc.step in _BAD_INPUT_STEPS else 1
-    raise typer.Exit(code)
+    _error_exit(exc.message, exc.exit_code)
 
 
 def _settings() -> Settings:
@@ -43,8 +43,7 @@ def _settings() -> Settings:
     try:
         return Settings()
     except ValidationError as exc:
-        err_console.print(f"[bold red]error:[/] invalid MLOPS_* setting: {exc}")
-        raise typer.Exit(2) from exc
+        _error_exit(f"invalid MLOPS_* setting: {exc}", 2)
 
 
 @data_app.command("generate")
@@ -59,11 +58,9 @@ def generate(
     from mlops.data.generator import SCENARIOS, generate_transactions
 
     if scenario not in SCENARIOS:
-        err_console.print(f"[bold red]error:[/] unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
-        raise typer.Exit(2)
+        _error_exit(f"unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}", 2)
     if out.suffix not in {".parquet", ".csv"}:
-        err_console.print(f"[bold red]error:[/] --out must end in .parquet or .csv, got {out.name!r}")
-        raise typer.Exit(2)
+        _error_exit(f"--out must end in .parquet or .csv, got {out.name!r}", 2)
     with console.status(f"generating {rows:,} transactions"):
         frame = generate_transactions(rows, seed=seed, scenario=scenario, fraud_rate=fraud_rate)  # type: ignore[arg-type]
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -103,8 +100,7 @@ def compile_command(
     with tempfile.TemporaryDirectory() as tmp:
         fresh = compile_pipeline(Path(tmp) / "pipeline.yaml").read_text()
     if not COMPILED_PIPELINE.exists() or fresh != COMPILED_PIPELINE.read_text():
-        err_console.print(f"[bold red]error:[/] {COMPILED_PIPELINE} is stale; run `mlops pipeline compile`")
-        raise typer.Exit(1)
+        _error_exit(f"{COMPILED_PIPELINE} is stale; run `mlops pipeline compile`", 1)
     console.print(f"{COMPILED_PIPELINE} is current")
 
 

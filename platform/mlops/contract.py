@@ -172,11 +172,15 @@ class DataContract(_Strict):
         return [name in logged for name in self.numeric_inputs]
 
     @cached_property
+    def raw_inputs(self) -> list[str]:
+        """Model inputs a request carries itself (the rest come from the feature store)."""
+        return [n.name for n in self.model_inputs.numeric] + list(self.model_inputs.categorical)
+
+    @cached_property
     def request_fields(self) -> list[str]:
         """Fields a prediction request carries: id, entity keys, timestamp, model's raw inputs."""
         keys = [e.join_key for e in self.entities]
-        raw = [n.name for n in self.model_inputs.numeric] + list(self.model_inputs.categorical)
-        return [self.id_column, *keys, self.timestamp_column, *raw]
+        return [self.id_column, *keys, self.timestamp_column, *self.raw_inputs]
 
 
 def load_contract(path: Path) -> DataContract:

@@ -77,8 +77,14 @@ class ModelNotReadyError(MLOpsError):
 
 
 class PipelineError(MLOpsError):
-    """A pipeline run failed; ``step`` names the step that stopped it."""
+    """A pipeline run failed; ``step`` names the step that stopped it.
+
+    A run stopped at ingest or validate was given bad data: that is bad input (exit code 2).
+    """
+
+    BAD_INPUT_STEPS = frozenset({"ingest", "validate"})
 
     def __init__(self, message: str, *, step: str | None = None) -> None:
         super().__init__(message)
         self.step = step
+        self.exit_code = 2 if step in self.BAD_INPUT_STEPS else 1

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from feast import FeatureStore
 
 
-
 def feature_repo_path() -> Path:
     """The installed feature_repo package (works from a wheel as well as from the source tree)."""
     import feature_repo

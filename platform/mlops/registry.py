@@ -50,13 +50,13 @@ def ensure_experiment(settings: Settings) -> str:
     return str(mlflow_client.create_experiment(settings.experiment, artifact_location=location))
 
 
-def alias_version(settings: Settings, alias: str | None = None) -> str | None:
-    """The version number holding ``alias`` (default: the serving alias), or None."""
+def alias_version(settings: Settings) -> str | None:
+    """The version number holding the serving alias, or None."""
     from mlflow.exceptions import MlflowException
 
     mlflow_client = client(settings)
     try:
-        version = mlflow_client.get_model_version_by_alias(settings.model_name, alias or settings.serving_alias)
+        version = mlflow_client.get_model_version_by_alias(settings.model_name, settings.serving_alias)
     except MlflowException:
         return None
     return str(version.version)

@@ -191,5 +191,6 @@ def test_corrupted_data_stops_at_validate(platform: Platform, case: str) -> None
         run_pipeline(str(source), platform.settings, run_name=f"corrupt-{case}")
     assert failure.value.step == "validate"
     assert expectation in failure.value.message
+    assert failure.value.message.endswith("validation.html)")
     assert registry.list_versions(platform.settings) == versions_before
     assert registry.alias_version(platform.settings) == platform.first.version
