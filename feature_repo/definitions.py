@@ -1,5 +1,11 @@
-"""Feast objects derived from the data contract: one entity per contract entity, one feature view
-of rolling aggregates per entity, and a feature service naming everything the model reads."""
+"""Feast objects derived from the data contract: one entity per contract entity and, per entity, a
+feature view holding its recent events (one JSON field: ids, times, aggregated column values) fed
+by a push source.
+
+Window features are computed from these histories by mlops.features, offline and online alike. Not
+a Feast on-demand feature view: Feast stores those transformations dill-pickled in its registry,
+and loading the registry in the prediction service would unpickle code on the serving path.
+"""
 
 from __future__ import annotations
 
@@ -7,27 +13,30 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from feast import Entity, FeatureService, FeatureView, Field, FileSource, ValueType
-from feast.types import Float64
+from feast import Entity, FeatureView, Field, FileSource, PushSource, ValueType
+from feast.types import Int64, String
 
-from mlops.contract import DataContract
-
-FEATURE_SERVICE = "model_inputs"
+from mlops.contract import DataContract, FeatureViewSpec
+from mlops.features import EVENTS_FIELD, NEWEST_FIELD
 
 
 def offline_path(data_dir: Path, view_name: str) -> Path:
     return data_dir / f"{view_name}.parquet"
 
 
+def push_source_name(view: FeatureViewSpec) -> str:
+    return f"{view.view_name}_push"
+
+
 def build_definitions(contract: DataContract, data_dir: Path) -> list[Any]:
-    """Entities, feature views and the feature service for ``contract``; sources under data_dir."""
+    """Entities and history feature views for ``contract``; offline sources under data_dir."""
     entities = {
         e.name: Entity(name=e.name, join_keys=[e.join_key], value_type=ValueType.STRING)
         for e in contract.entities
     }
     views: list[Any] = []
     for spec in contract.feature_views:
-        source = FileSource(
+        batch = FileSource(
             name=f"{spec.view_name}_source",
             path=str(offline_path(data_dir, spec.view_name)),
             timestamp_field=contract.timestamp_column,
@@ -36,12 +45,12 @@ def build_definitions(contract: DataContract, data_dir: Path) -> list[Any]:
             FeatureView(
                 name=spec.view_name,
                 entities=[entities[spec.entity]],
-                # ttl 0 = rows never expire: a customer's last known state stays valid.
+                # ttl 0 = rows never expire: an entity's last known history stays valid.
                 ttl=timedelta(0),
-                schema=[Field(name=f.name, dtype=Float64) for f in spec.features],
-                source=source,
+                schema=[Field(name=EVENTS_FIELD, dtype=String), Field(name=NEWEST_FIELD, dtype=Int64)],
+                # Every scored transaction is pushed here (write-through); batch rows come from `batch`.
+                source=PushSource(name=push_source_name(spec), batch_source=batch),
                 online=True,
             )
         )
-    service = FeatureService(name=FEATURE_SERVICE, features=views)
-    return [*entities.values(), *views, service]
+    return [*entities.values(), *views]

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -19,6 +20,7 @@ from rich.table import Table
 from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
 from mlops.errors import MLOpsError
+from mlops.online_features import materialize_online
 from mlops.settings import Settings
 from pipelines.runner import run_pipeline, settings_env
 from pipelines.steps.preprocess import time_split
@@ -40,6 +42,13 @@ def sample_requests(frame: pd.DataFrame, contract: DataContract, per_class: int)
     label = contract.label_column
     picked = pd.concat([test[test[label] == 1].head(per_class), test[test[label] == 0].head(per_class)])
     return picked.sort_values(contract.timestamp_column)
+
+
+def replay_start(frame: pd.DataFrame, contract: DataContract) -> datetime:
+    """Just before the test split's first transaction: the online state a replay of it starts from."""
+    first = pd.Timestamp(time_split(frame, contract)["test"][contract.timestamp_column].min())
+    moment: datetime = (first - pd.Timedelta(microseconds=1)).to_pydatetime()
+    return moment
 
 
 def request_body(row: pd.Series, contract: DataContract) -> dict[str, object]:
@@ -90,17 +99,24 @@ def run_demo(settings: Settings, rows: int, console: Console) -> None:
     verdict = {"promote": "promoted", "reject": "registered, not promoted"}.get(outcome.decision, outcome.decision)
     console.print(f"[2/4] pipeline done: version {outcome.version} {verdict}; "
                   f"production is version {outcome.production_version}")
+    # The samples replay the test split, so the online store starts just before it; from there the
+    # service records every transaction it scores (write-through).
+    as_of = replay_start(frame, contract)
+    with console.status("[3/4] materializing the online store"):
+        written = materialize_online(settings, contract, as_of)
+    console.print(f"[3/4] online store materialized as of {as_of.isoformat()} "
+                  f"({', '.join(f'{n}: {c:,}' for n, c in written.items())})")
     port = free_port(settings.host)
     base_url = f"http://{settings.host}:{port}"
     log_path = demo_dir / "serving.log"
     process = start_service(settings, port, log_path)
     try:
-        with console.status(f"[3/4] starting the service on {base_url}"):
+        with console.status(f"[4/4] starting the service on {base_url}"):
             health = wait_ready(base_url, process, log_path)
-        console.print(f"[3/4] service ready at {base_url}, serving {health.get('model_name')} "
+        console.print(f"[4/4] service ready at {base_url}, serving {health.get('model_name')} "
                       f"version {health.get('model_version')}")
         table = Table("transaction", "amount", "category", "channel", "country", "actual", "probability",
-                      "decision", "model version", title="[4/4] predictions for test-split transactions")
+                      "decision", "model version", title="predictions for test-split transactions")
         with httpx.Client(base_url=base_url, timeout=10) as http:
             for _, row in sample_requests(frame, contract, SAMPLES_PER_CLASS).iterrows():
                 answer = http.post("/predict", json=request_body(row, contract))

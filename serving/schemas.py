@@ -14,6 +14,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, create_model
 from mlops.contract import DataContract
 
 _KEY_MAX_LENGTH = 128  # ids and join keys are short codes; bounding them bounds the work per request
+_CATEGORY_MAX_LENGTH = 64
 Decision = Literal["fraud", "legit"]
 
 
@@ -27,12 +28,10 @@ def _numeric_type(contract: DataContract, name: str) -> Any:
     return Annotated[float, Field(strict=True, allow_inf_nan=False, ge=column.min, le=column.max)]
 
 
-def _categorical_type(contract: DataContract, name: str) -> Any:
-    categories = contract.column(name).categories
-    if not categories:  # the contract validator already guarantees them; this narrows the type
-        raise ValueError(f"categorical input {name!r} has no categories")
-    # An unknown category would silently fall into the graph's "unknown" bucket; refuse it instead.
-    return Literal.__getitem__(categories)
+def _categorical_type() -> Any:
+    # A category the contract does not list is scored in the graph's "unknown" bucket, and the
+    # answer names the field in `unknown_categories` (monitoring counts them).
+    return Annotated[str, Field(min_length=1, max_length=_CATEGORY_MAX_LENGTH)]
 
 
 def build_request_model(contract: DataContract) -> type[BaseModel]:
@@ -40,11 +39,12 @@ def build_request_model(contract: DataContract) -> type[BaseModel]:
     fields: dict[str, Any] = {contract.id_column: (_key_type(), ...)}
     for entity in contract.entities:
         fields[entity.join_key] = (_key_type(), ...)
+    # Absent: the transaction happens now (the time the service received it).
     fields[contract.timestamp_column] = (AwareDatetime | None, None)
     for numeric in contract.model_inputs.numeric:
         fields[numeric.name] = (_numeric_type(contract, numeric.name), ...)
     for name in contract.model_inputs.categorical:
-        fields[name] = (_categorical_type(contract, name), ...)
+        fields[name] = (_categorical_type(), ...)
     return create_model("PredictionRequest", __config__=ConfigDict(extra="forbid"), **fields)
 
 
@@ -57,6 +57,11 @@ def build_response_model(contract: DataContract) -> type[BaseModel]:
         "threshold": (float, ...),
         "model_name": (str, ...),
         "model_version": (str, ...),
+        contract.timestamp_column: (AwareDatetime, Field(description="The event time the features were computed at.")),
+        "unknown_entities": (list[str], Field(
+            description="Entities with no earlier transaction, scored with the empty-window defaults.")),
+        "unknown_categories": (list[str], Field(
+            description="Fields whose category the contract does not list (scored as unknown).")),
     }
     return create_model("PredictionResponse", __config__=ConfigDict(extra="forbid"), **fields)
 

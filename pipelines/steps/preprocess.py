@@ -1,5 +1,6 @@
-"""Preprocess: publish point-in-time features to Feast, join them for training, split by time,
-and materialize the online store so serving reads the same features."""
+"""Preprocess: publish the entity histories to Feast's offline store, join them point-in-time for
+training, and split by time. The online store is left alone: what production serves changes only
+through `mlops features materialize` and the service's write-through, never through a training run."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from mlops.contract import DataContract
-from mlops.feature_store import materialize, publish_features, training_features
+from mlops.feature_store import publish_features, read_offline_tables, training_features
 from mlops.settings import Settings
 
 SPLITS = ("train", "validation", "test")
@@ -44,8 +45,7 @@ def preprocess(snapshot_path: Path, contract: DataContract, settings: Settings,
     """Write train/validation/test Parquet files (raw columns + features + label) into out_dir."""
     frame = pd.read_parquet(snapshot_path)
     store = publish_features(frame, contract, settings)
-    enriched = training_features(store, frame, contract)
-    materialize(store, frame, contract)
+    enriched = training_features(store, frame, contract, read_offline_tables(settings, contract))
     out_dir.mkdir(parents=True, exist_ok=True)
     summaries = []
     ts = contract.timestamp_column

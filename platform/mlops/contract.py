@@ -17,7 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from mlops.errors import ConfigError
 
 Dtype = Literal["string", "datetime", "float", "int", "category"]
-Aggregation = Literal["count", "mean", "max", "sum"]
+Aggregation = Literal["count", "mean", "max", "sum", "seconds_since_previous"]
+# Cyclic encodings of the transaction's own timestamp (UTC), computed at request time.
+TimeFeature = Literal["hour_of_day_sin", "hour_of_day_cos", "day_of_week_sin", "day_of_week_cos"]
 _WINDOW_UNITS = {"m": "minutes", "h": "hours", "d": "days"}
 
 
@@ -48,19 +50,33 @@ class Entity(_Strict):
 
 
 class FeatureSpec(_Strict):
+    """A window feature: at event time t it aggregates the entity's events in [t - window, t).
+
+    ``seconds_since_previous`` is the time since the entity's latest event before t, capped at
+    the window (the cap is also the value when there is no earlier event).
+    """
+
     name: str
     agg: Aggregation
-    window: str = Field(pattern=r"^\d+[mhd]$")
+    window: str = Field(pattern=r"^[1-9]\d*[mhd]$")
     column: str | None = None
 
     @property
     def window_delta(self) -> timedelta:
         return timedelta(**{_WINDOW_UNITS[self.window[-1]]: int(self.window[:-1])})
 
+    @property
+    def aggregates_window(self) -> bool:
+        """True when the value depends on every event of the window (not only the latest one)."""
+        return self.agg != "seconds_since_previous"
+
     @model_validator(mode="after")
     def _column_for_value_aggs(self) -> FeatureSpec:
-        if self.agg != "count" and self.column is None:
+        needs_column = self.agg in ("mean", "max", "sum")
+        if needs_column and self.column is None:
             raise ValueError(f"feature {self.name!r}: aggregation {self.agg!r} needs a column")
+        if not needs_column and self.column is not None:
+            raise ValueError(f"feature {self.name!r}: aggregation {self.agg!r} takes no column")
         return self
 
 
@@ -70,7 +86,19 @@ class FeatureViewSpec(_Strict):
 
     @property
     def view_name(self) -> str:
-        return f"{self.entity}_features"
+        """The Feast feature view holding the entity's recent events."""
+        return f"{self.entity}_history"
+
+    @property
+    def value_columns(self) -> list[str]:
+        """Raw columns whose values the view keeps per event (sorted, for a stable schema)."""
+        return sorted({f.column for f in self.features if f.column})
+
+    @property
+    def history_horizon(self) -> timedelta:
+        """How far back the kept events must reach: the longest aggregating window."""
+        windows = [f.window_delta for f in self.features if f.aggregates_window]
+        return max(windows, default=timedelta(0))
 
 
 class NumericInput(_Strict):
@@ -111,6 +139,7 @@ class DataContract(_Strict):
     label_rate: LabelRate
     unknown_category_tolerance: float = Field(ge=0, lt=1)
     feature_views: tuple[FeatureViewSpec, ...]
+    time_features: tuple[TimeFeature, ...] = ()
     model_inputs: ModelInputs
     split: Split
 
@@ -132,7 +161,7 @@ class DataContract(_Strict):
         unknown_entities = sorted({v.entity for v in self.feature_views} - entity_names)
         if unknown_entities:
             raise ValueError(f"feature views name undeclared entities: {unknown_entities}")
-        feature_names = [f.name for v in self.feature_views for f in v.features]
+        feature_names = [f.name for v in self.feature_views for f in v.features] + list(self.time_features)
         clashes = sorted({f for f in feature_names if feature_names.count(f) > 1 or f in names})
         if clashes:
             raise ValueError(f"feature names must be unique and differ from columns: {clashes}")
@@ -158,11 +187,12 @@ class DataContract(_Strict):
 
     @cached_property
     def feature_names(self) -> list[str]:
-        return [f.name for v in self.feature_views for f in v.features]
+        """Every computed model input: window features per view, then the time features."""
+        return [f.name for v in self.feature_views for f in v.features] + list(self.time_features)
 
     @cached_property
     def numeric_inputs(self) -> list[str]:
-        """Model's numeric inputs in graph order: raw request fields, then store features."""
+        """Model's numeric inputs in graph order: raw request fields, then computed features."""
         return [n.name for n in self.model_inputs.numeric] + self.feature_names
 
     @cached_property
@@ -173,7 +203,7 @@ class DataContract(_Strict):
 
     @cached_property
     def raw_inputs(self) -> list[str]:
-        """Model inputs a request carries itself (the rest come from the feature store)."""
+        """Model inputs a request carries itself (the rest are computed from history and time)."""
         return [n.name for n in self.model_inputs.numeric] + list(self.model_inputs.categorical)
 
     @cached_property

@@ -88,3 +88,13 @@ class PipelineError(MLOpsError):
         super().__init__(message)
         self.step = step
         self.exit_code = 2 if step in self.BAD_INPUT_STEPS else 1
+
+
+class FeatureStoreError(MLOpsError):
+    """The feature store failed or answered something inconsistent; never read as "no features"."""
+
+    http_status = 503
+
+
+class FeatureSkewError(MLOpsError):
+    """Served features differ from the offline point-in-time features beyond the threshold."""

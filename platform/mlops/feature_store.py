@@ -1,6 +1,5 @@
-"""The Feast store as the platform uses it: open, apply, point-in-time training features,
-materialization and online lookup. Training and serving both go through here, so both read
-the same feature definitions (feature_repo/) and the same defaults for unknown entities.
+"""The Feast store as the platform uses it: open, publish the offline history tables, and the
+point-in-time join that gives every training row the entity histories serving would have seen.
 
 feast is imported lazily: importing it sets PROMETHEUS_MULTIPROC_DIR and takes seconds.
 """
@@ -15,11 +14,21 @@ import pandas as pd
 import yaml
 
 from mlops.contract import DataContract
-from mlops.features import AS_OF_OFFSET, compute_all_views, feature_defaults
+from mlops.errors import FeatureStoreError
+from mlops.features import (
+    EVENTS_FIELD,
+    NEWEST_FIELD,
+    History,
+    build_history_table,
+    compute_features,
+    decode_history,
+)
 from mlops.settings import Settings
 
 if TYPE_CHECKING:
     from feast import FeatureStore
+
+_ROW = "__row__"
 
 
 def feature_repo_path() -> Path:
@@ -41,52 +50,110 @@ def open_store(settings: Settings) -> FeatureStore:
     return FeatureStore(config=RepoConfig(repo_path=repo, **raw))
 
 
-def feature_refs(contract: DataContract) -> list[str]:
-    return [f"{v.view_name}:{f.name}" for v in contract.feature_views for f in v.features]
+def offline_dir(settings: Settings) -> Path:
+    return settings.feast_dir / "data"
+
+
+def history_refs(contract: DataContract) -> list[str]:
+    """Feast references of every history view's stored history (``view:events``)."""
+    return [f"{v.view_name}:{EVENTS_FIELD}" for v in contract.feature_views]
+
+
+def history_column(view_name: str, field: str = EVENTS_FIELD) -> str:
+    """The column Feast names a view's field in its answers (full feature names)."""
+    return f"{view_name}__{field}"
+
+
+def histories_from_row(contract: DataContract, row: dict[str, Any]) -> dict[str, History]:
+    """Histories per view from a row of a Feast answer with full feature names."""
+    return {v.view_name: decode_history(v, row.get(history_column(v.view_name))) for v in contract.feature_views}
 
 
 def publish_features(frame: pd.DataFrame, contract: DataContract, settings: Settings) -> FeatureStore:
-    """Compute the feature tables from raw transactions, write the offline store, apply the repo."""
-    from feature_repo.definitions import build_definitions, offline_path
+    """Write the offline history tables from raw transactions and apply the feature repo.
 
-    data_dir = settings.feast_dir / "data"
-    data_dir.mkdir(parents=True, exist_ok=True)
-    for name, table in compute_all_views(frame, contract).items():
-        table.to_parquet(offline_path(data_dir, name), index=False)
+    Touches the offline files and the registry only: the online store (what production serves)
+    changes through `mlops features materialize` and the service's write-through, never here.
+    """
+    from feature_repo.definitions import build_definitions
+
+    offline_dir(settings).mkdir(parents=True, exist_ok=True)
+    for view in contract.feature_views:
+        build_history_table(frame, contract, view).to_parquet(offline_table_path(settings, view.view_name),
+                                                              index=False)
     store = open_store(settings)
-    store.apply(build_definitions(contract, data_dir))
+    store.apply(build_definitions(contract, offline_dir(settings)))
     return store
 
 
-def training_features(store: FeatureStore, frame: pd.DataFrame, contract: DataContract,
-                      *, as_of: pd.Timestamp | None = None) -> pd.DataFrame:
-    """``frame`` plus its point-in-time features, in ``frame``'s row order.
+def offline_table_path(settings: Settings, view_name: str) -> Path:
+    from feature_repo.definitions import offline_path
 
-    Each row gets the entity state just before its own timestamp (or at ``as_of`` when given,
-    which is what the online store answers after materialization).
+    return offline_path(offline_dir(settings), view_name)
+
+
+def read_offline_tables(settings: Settings, contract: DataContract) -> dict[str, pd.DataFrame]:
+    """The offline history table of every view, as the last preprocess wrote it."""
+    tables = {}
+    for view in contract.feature_views:
+        path = offline_table_path(settings, view.view_name)
+        if not path.exists():
+            raise FeatureStoreError(f"no offline features at {path}; run the training pipeline first")
+        tables[view.view_name] = pd.read_parquet(path)
+    return tables
+
+
+def point_in_time_histories(store: FeatureStore, entity_df: pd.DataFrame, contract: DataContract,
+                            tables: dict[str, pd.DataFrame]) -> list[dict[str, History]]:
+    """For each row of ``entity_df`` (join keys + timestamp), the histories as of its timestamp.
+
+    Feast's point-in-time join picks, per row and view, the offline history row in force at that
+    time; it returns that row's key (entity, newest event time), and the history is read from
+    ``tables`` (the same offline tables). An entity with no row by then gets an empty history.
     """
-    ts, row_id = contract.timestamp_column, contract.id_column
-    keys = [e.join_key for e in contract.entities]
-    entity_df = frame[[row_id, *keys]].copy()
-    entity_df[ts] = (frame[ts] - AS_OF_OFFSET) if as_of is None else as_of
-    joined = store.get_historical_features(entity_df=entity_df, features=feature_refs(contract)).to_df()
-    features = joined.set_index(row_id)[contract.feature_names]
-    missing = frame[row_id][~frame[row_id].isin(features.index)]
-    if len(missing):
-        raise RuntimeError(f"feature store returned no row for {len(missing)} transactions, e.g. {missing.iloc[0]}")
-    result = frame.join(features, on=row_id)
-    return result.fillna(feature_defaults(contract))
-
-
-def materialize(store: FeatureStore, frame: pd.DataFrame, contract: DataContract) -> None:
-    """Load the latest state of every entity into the online store."""
     ts = contract.timestamp_column
-    start = (frame[ts].min() - pd.Timedelta(days=2)).to_pydatetime()
-    end = (frame[ts].max() + pd.Timedelta(seconds=1)).to_pydatetime()
-    store.materialize(start_date=start, end_date=end)
+    keys = [e.join_key for e in contract.entities]
+    wanted = entity_df[[*keys, ts]].copy()
+    wanted[ts] = pd.to_datetime(wanted[ts], utc=True)
+    # Feast answers identical entity rows once, so ask for each distinct (keys, time) and map back.
+    request = wanted.drop_duplicates().reset_index(drop=True)
+    request[_ROW] = range(len(request))
+    refs = [f"{v.view_name}:{NEWEST_FIELD}" for v in contract.feature_views]
+    answer = store.get_historical_features(entity_df=request, features=refs, full_feature_names=True).to_df()
+    if len(answer) != len(request) or set(answer[_ROW]) != set(request[_ROW]):
+        raise FeatureStoreError(f"feature store answered {len(answer)} rows for {len(request)} entity rows")
+    answer[ts] = pd.to_datetime(answer[ts], utc=True)
+    joined = wanted.merge(answer.drop(columns=_ROW), on=[*keys, ts], how="left", validate="many_to_one")
+    per_view: dict[str, list[History]] = {}
+    for view in contract.feature_views:
+        key = contract.entity(view.entity).join_key
+        table = tables[view.view_name]
+        row_keys = zip(table[key].astype(str), table[NEWEST_FIELD].astype("int64"), strict=True)
+        stored = dict(zip(row_keys, table[EVENTS_FIELD], strict=True))
+        newest = joined[history_column(view.view_name, NEWEST_FIELD)]
+        histories = []
+        for entity, when in zip(joined[key].astype(str), newest, strict=True):
+            if pd.isna(when):
+                histories.append(decode_history(view, None))
+                continue
+            text = stored.get((entity, int(when)))
+            if text is None:
+                raise FeatureStoreError(f"{view.view_name}: the offline table has no history row for "
+                                        f"{key}={entity} at {int(when)} µs that the store joined")
+            histories.append(decode_history(view, text))
+        per_view[view.view_name] = histories
+    return [{name: per_view[name][i] for name in per_view} for i in range(len(wanted))]
 
 
-def online_features(store: FeatureStore, rows: list[dict[str, str]], contract: DataContract) -> pd.DataFrame:
-    """Features for each entity row (a dict of join keys); unknown entities get the defaults."""
-    response = store.get_online_features(features=feature_refs(contract), entity_rows=rows).to_df()
-    return response[contract.feature_names].astype("float64").fillna(feature_defaults(contract))
+def training_features(store: FeatureStore, frame: pd.DataFrame, contract: DataContract,
+                      tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """``frame`` plus its point-in-time features, same rows in the same order.
+
+    Each row's features aggregate the entity's events strictly before its own timestamp.
+    """
+    ts = contract.timestamp_column
+    histories = point_in_time_histories(store, frame, contract, tables)
+    moments = pd.to_datetime(frame[ts], utc=True)
+    rows = [compute_features(contract, h, t) for h, t in zip(histories, moments, strict=True)]
+    features = pd.DataFrame.from_records(rows, columns=contract.feature_names, index=frame.index)
+    return pd.concat([frame, features.astype("float64")], axis=1)

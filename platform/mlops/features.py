@@ -1,57 +1,218 @@
-"""Rolling per-entity aggregates as of event time, computed from raw transactions (pure pandas).
+"""Window features with exact semantics, computed from per-entity event histories (pure Python).
 
-The row for an entity at time t includes the transaction at t. Training therefore joins these
-rows as of just before each transaction (:data:`AS_OF_OFFSET`), which is exactly what the online
-store holds when a new transaction arrives. Each entity also gets a "no history" row before its
-first transaction, carrying the same defaults serving uses for unknown entities, so the
-point-in-time join never drops a first transaction.
+An entity's *history* is the list of its recent events: id, time and the values of the columns its
+feature view aggregates. At event time t a window feature aggregates the entity's events in
+[t - window, t): the current transaction, and any other of the same instant, are excluded, so the
+order in which same-instant events arrive never matters. Time features encode t itself.
+
+:func:`compute_features` is the one definition. Training calls it on the history Feast's
+point-in-time join returns for each row; serving calls it on the history the online store holds,
+which every scored transaction extends (:func:`append_event`). A history keeps the events of the
+longest window before its newest event plus the events of the instant just before the newest, so
+"seconds since the previous transaction" stays exact however long ago that was.
 """
 
 from __future__ import annotations
 
+import json
+import math
+from bisect import bisect_left
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
 import pandas as pd
 
-from mlops.contract import DataContract, FeatureViewSpec
+from mlops.contract import DataContract, FeatureSpec, FeatureViewSpec
 
-AS_OF_OFFSET = pd.Timedelta(microseconds=1)
-NO_HISTORY_VALUE = 0.0
-_GENESIS_OFFSET = pd.Timedelta(days=1)
+# A history is stored (offline and online) as one compact JSON string: Feast's file offline store
+# (dask) tokenizes object columns by pickling them, which made list columns 500 times slower.
+EVENTS_FIELD = "events"
+# The time of the history's newest event (microseconds): with the entity key it names an offline
+# row, so a point-in-time join can fetch this small integer and read the JSON from the table.
+NEWEST_FIELD = "newest_event_us"
+_IDS, _TIMES, _VALUES = "ids", "times", "values"  # times: microseconds since the Unix epoch, UTC
+_MICROS = 1_000_000
+_DAY_SECONDS = 86_400.0
 
 
-def feature_defaults(contract: DataContract) -> dict[str, float]:
-    """Values of every feature for an entity with no history (used offline and online)."""
-    return dict.fromkeys(contract.feature_names, NO_HISTORY_VALUE)
+def to_micros(moment: datetime | pd.Timestamp) -> int:
+    """Microseconds since the epoch of an aware timestamp (naive ones are read as UTC)."""
+    stamp = pd.Timestamp(moment)
+    stamp = stamp.tz_localize(UTC) if stamp.tzinfo is None else stamp.tz_convert(UTC)
+    return int(stamp.value // 1_000)
 
 
-def compute_view(frame: pd.DataFrame, contract: DataContract, view: FeatureViewSpec) -> pd.DataFrame:
-    """One feature table: join key, timestamp and the view's rolling features, one row per event."""
+@dataclass(frozen=True)
+class History:
+    """One entity's kept events, ascending by (time, id)."""
+
+    ids: tuple[str, ...] = ()
+    times: tuple[int, ...] = ()
+    values: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def known_before(self, t_us: int) -> bool:
+        """Whether any kept event happened strictly before ``t_us``."""
+        return bool(self.times) and self.times[0] < t_us
+
+    def encode(self, view: FeatureViewSpec) -> str:
+        """The stored form (JSON; floats written with repr, so they read back exactly)."""
+        return json.dumps({_IDS: self.ids, _TIMES: self.times,
+                           _VALUES: {c: self.values.get(c, ()) for c in view.value_columns}},
+                          separators=(",", ":"))
+
+
+def stored_fields(view: FeatureViewSpec, history: History) -> dict[str, Any]:
+    """The fields a non-empty history is stored as (offline row and online value alike)."""
+    return {EVENTS_FIELD: history.encode(view), NEWEST_FIELD: history.times[-1]}
+
+
+def empty_history(view: FeatureViewSpec) -> History:
+    return History(values={c: () for c in view.value_columns})
+
+
+def decode_history(view: FeatureViewSpec, stored: Any) -> History:
+    """A history from its stored form; a missing value (None, NaN) means no events."""
+    if not isinstance(stored, str):
+        if stored is None or (isinstance(stored, float) and math.isnan(stored)):
+            return empty_history(view)
+        raise ValueError(f"stored history of {view.view_name} is a {type(stored).__name__}, not JSON text")
+    raw = json.loads(stored)
+    rows = sorted(zip((int(t) for t in raw[_TIMES]), (str(i) for i in raw[_IDS]),
+                      *([float(v) for v in raw[_VALUES][c]] for c in view.value_columns), strict=True))
+    if not rows:
+        return empty_history(view)
+    columns = list(zip(*rows, strict=True))
+    return History(ids=tuple(columns[1]), times=tuple(columns[0]),
+                   values={c: tuple(columns[2 + i]) for i, c in enumerate(view.value_columns)})
+
+
+def _window_value(feature: FeatureSpec, history: History, t_us: int) -> float:
+    window_us = int(feature.window_delta.total_seconds() * _MICROS)
+    end = bisect_left(history.times, t_us)  # events at or after t are excluded
+    if feature.agg == "seconds_since_previous":
+        cap = window_us / _MICROS
+        return cap if end == 0 else min((t_us - history.times[end - 1]) / _MICROS, cap)
+    start = bisect_left(history.times, t_us - window_us)
+    if feature.agg == "count":
+        return float(end - start)
+    if feature.column is None:  # the contract forbids this; narrows the type
+        raise ValueError(f"feature {feature.name!r} has no column")
+    selected = history.values[feature.column][start:end]
+    if not selected:
+        return 0.0
+    if feature.agg == "max":
+        return float(max(selected))
+    total = math.fsum(selected)  # exactly rounded: the result never depends on event order
+    return total if feature.agg == "sum" else total / len(selected)
+
+
+def time_feature_values(names: Sequence[str], moment: datetime | pd.Timestamp) -> dict[str, float]:
+    """Cyclic encodings of the UTC hour of day and day of week of ``moment``."""
+    stamp = pd.Timestamp(moment)
+    stamp = stamp.tz_localize(UTC) if stamp.tzinfo is None else stamp.tz_convert(UTC)
+    seconds = stamp.hour * 3600 + stamp.minute * 60 + stamp.second + stamp.microsecond / _MICROS
+    hour_angle = 2 * math.pi * seconds / _DAY_SECONDS
+    week_angle = 2 * math.pi * (stamp.dayofweek + seconds / _DAY_SECONDS) / 7
+    encodings = {
+        "hour_of_day_sin": math.sin(hour_angle), "hour_of_day_cos": math.cos(hour_angle),
+        "day_of_week_sin": math.sin(week_angle), "day_of_week_cos": math.cos(week_angle),
+    }
+    return {name: encodings[name] for name in names}
+
+
+def compute_features(contract: DataContract, histories: Mapping[str, History],
+                     moment: datetime | pd.Timestamp) -> dict[str, float]:
+    """Every computed model input at ``moment``, in ``contract.feature_names`` order.
+
+    ``histories`` maps each feature view's name to its entity's history (missing = no events).
+    """
+    t_us = to_micros(moment)
+    result: dict[str, float] = {}
+    for view in contract.feature_views:
+        history = histories.get(view.view_name) or empty_history(view)
+        for feature in view.features:
+            result[feature.name] = _window_value(feature, history, t_us)
+    result.update(time_feature_values(contract.time_features, moment))
+    return result
+
+
+def unknown_entities(contract: DataContract, histories: Mapping[str, History],
+                     moment: datetime | pd.Timestamp) -> list[str]:
+    """Entities with no transaction before ``moment`` (scored with the empty-window defaults)."""
+    t_us = to_micros(moment)
+    return [view.entity for view in contract.feature_views
+            if not (histories.get(view.view_name) or empty_history(view)).known_before(t_us)]
+
+
+def _pruned(view: FeatureViewSpec, events: list[tuple[Any, ...]]) -> History:
+    """Keep the events of the horizon before the newest one, plus those of the instant before it."""
+    events.sort()
+    if events:
+        newest = events[-1][0]
+        earlier = [e[0] for e in events if e[0] < newest]
+        previous = earlier[-1] if earlier else newest
+        oldest = newest - int(view.history_horizon.total_seconds() * _MICROS)
+        events = [e for e in events if e[0] >= oldest or e[0] == previous]
+    columns = list(zip(*events, strict=True)) if events else [()] * (2 + len(view.value_columns))
+    return History(ids=tuple(columns[1]), times=tuple(columns[0]),
+                   values={c: tuple(columns[2 + i]) for i, c in enumerate(view.value_columns)})
+
+
+def _events(view: FeatureViewSpec, history: History) -> list[tuple[Any, ...]]:
+    return list(zip(history.times, history.ids, *(history.values[c] for c in view.value_columns), strict=True))
+
+
+def append_event(view: FeatureViewSpec, history: History, event_id: str, t_us: int,
+                 values: Mapping[str, float]) -> History | None:
+    """The history with one more event, or None when the id is already in it (idempotent)."""
+    if event_id in history.ids:
+        return None
+    event = (t_us, event_id, *(float(values[c]) for c in view.value_columns))
+    return _pruned(view, [*_events(view, history), event])
+
+
+def merge_histories(view: FeatureViewSpec, current: History, incoming: History) -> History:
+    """Union of two histories of one entity (by event id), pruned like an appended one."""
+    seen = set(current.ids)
+    extra = [e for e in _events(view, incoming) if e[1] not in seen]
+    return _pruned(view, [*_events(view, current), *extra])
+
+
+def build_history_table(frame: pd.DataFrame, contract: DataContract, view: FeatureViewSpec) -> pd.DataFrame:
+    """The offline table of a view: per entity and distinct event time s, the history as of s.
+
+    Equal to what the online store holds after that entity's events up to s were appended in
+    any order, so the point-in-time join as of t gives training the history serving sees at t.
+    """
     key = contract.entity(view.entity).join_key
-    ts = contract.timestamp_column
-    value_columns = sorted({f.column for f in view.features if f.column})
-    data = frame[[key, ts, *value_columns]].copy()
-    data["_one"] = 1.0
-    data = data.sort_values([key, ts], kind="stable").reset_index(drop=True)
-    grouped = data.set_index(ts).groupby(key, sort=False)
-    out = data[[key, ts]].copy()
-    for feature in view.features:
-        column = feature.column or "_one"
-        rolling = grouped[column].rolling(feature.window_delta, closed="right")
-        agg = "sum" if feature.agg == "count" else feature.agg
-        values = getattr(rolling, agg)()
-        # groupby().rolling() returns values in group order, which matches the sort above.
-        out[feature.name] = values.to_numpy(dtype="float64")
-    # Several events of one entity at the same instant: the last row has the full state.
-    out = out.drop_duplicates(subset=[key, ts], keep="last")
-    genesis = (
-        data.groupby(key, sort=False)[ts].min().sub(_GENESIS_OFFSET).rename(ts).reset_index()
-    )
-    for feature in view.features:
-        genesis[feature.name] = NO_HISTORY_VALUE
-    result = pd.concat([genesis, out], ignore_index=True)
-    result[ts] = pd.to_datetime(result[ts], utc=True)
-    return result.sort_values([ts, key], kind="stable").reset_index(drop=True)
-
-
-def compute_all_views(frame: pd.DataFrame, contract: DataContract) -> dict[str, pd.DataFrame]:
-    """Every feature table of the contract, keyed by feature view name."""
-    return {view.view_name: compute_view(frame, contract, view) for view in contract.feature_views}
+    ts, row_id = contract.timestamp_column, contract.id_column
+    horizon_us = int(view.history_horizon.total_seconds() * _MICROS)
+    data = pd.DataFrame({
+        key: frame[key].astype(str).to_numpy(),
+        "_t": pd.to_datetime(frame[ts], utc=True).astype("int64").to_numpy() // 1_000,
+        "_id": frame[row_id].astype(str).to_numpy(),
+        **{f"_v_{c}": frame[c].to_numpy(dtype="float64") for c in view.value_columns},
+    }).sort_values([key, "_t", "_id"], kind="stable")
+    records: list[dict[str, Any]] = []
+    for entity, group in data.groupby(key, sort=False):
+        times = group["_t"].to_numpy()
+        ids = group["_id"].tolist()
+        values = {c: group[f"_v_{c}"].tolist() for c in view.value_columns}
+        distinct = np.unique(times)
+        for n, instant in enumerate(distinct):
+            end = int(np.searchsorted(times, instant, side="right"))
+            start = int(np.searchsorted(times, instant - horizon_us, side="left"))
+            if n > 0:  # the events of the previous instant are kept whatever their age
+                start = min(start, int(np.searchsorted(times, distinct[n - 1], side="left")))
+            history = History(ids=tuple(ids[start:end]), times=tuple(times[start:end].tolist()),
+                              values={c: tuple(v[start:end]) for c, v in values.items()})
+            records.append({key: str(entity), ts: int(instant), **stored_fields(view, history)})
+    table = pd.DataFrame.from_records(records, columns=[key, ts, EVENTS_FIELD, NEWEST_FIELD])
+    table[ts] = pd.to_datetime(table[ts].astype("int64"), unit="us", utc=True)
+    return table.sort_values([ts, key], kind="stable").reset_index(drop=True)

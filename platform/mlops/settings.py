@@ -36,6 +36,8 @@ class Settings(BaseSettings):
     parity_tolerance: float = Field(default=1e-5, gt=0)
     device: str = Field(default="auto", pattern="^(auto|cpu|cuda)$")
     demo_rows: int = Field(default=30_000, ge=1_000)
+    max_clock_skew_s: float = Field(
+        default=300.0, ge=0, description="How far in the future a request's event_timestamp may lie.")
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
 

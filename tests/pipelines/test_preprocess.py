@@ -12,7 +12,8 @@ import pytest
 
 from mlops.contract import DataContract
 from mlops.data.generator import generate_transactions
-from mlops.feature_store import online_features, open_store
+from mlops.feature_store import open_store
+from mlops.online_features import OnlineFeatures
 from mlops.settings import Settings
 from pipelines.steps.preprocess import SPLITS, SplitSummary, preprocess, time_split
 
@@ -89,6 +90,9 @@ def preprocessed(tmp_path_factory: pytest.TempPathFactory, contract: DataContrac
         importlib.import_module("feast")
     root = tmp_path_factory.mktemp("preprocess")
     frame = generate_transactions(1000, seed=12)
+    # Same-second pairs: a second transaction of the same card at the very same instant.
+    twins = frame.iloc[::50].assign(transaction_id=lambda f: f[ID] + "-twin", amount=lambda f: f["amount"] + 1)
+    frame = pd.concat([frame, twins]).sort_values([TS, ID]).reset_index(drop=True)
     snapshot = root / "snapshot" / "data.parquet"
     snapshot.parent.mkdir()
     frame.to_parquet(snapshot, index=False)
@@ -130,12 +134,22 @@ def test_preprocess_writes_three_splits_with_features_and_label(preprocessed: Pr
     assert (everything.loc[first_of_customer, "customer_txn_count_24h"] == 0).all()
 
 
-def test_preprocess_materializes_the_online_store(preprocessed: Preprocessed, contract: DataContract) -> None:
+def test_same_instant_transactions_train_and_keep_the_row_count(preprocessed: Preprocessed,
+                                                                   contract: DataContract) -> None:
+    frame = preprocessed.frame
+    parts = pd.concat(pd.read_parquet(s.path) for s in preprocessed.summaries)
+    assert len(parts) == len(frame)
+    twins = parts[parts[ID].str.endswith("-twin")].set_index(ID)
+    originals = parts.set_index(ID).loc[twins.index.str.removesuffix("-twin")]
+    assert len(twins) == 20
+    # Neither of two same-instant transactions sees the other: [t - w, t) excludes t.
+    for name in contract.feature_names:
+        assert (twins[name].to_numpy() == originals[name].to_numpy()).all(), name
+
+
+def test_preprocess_leaves_the_online_store_alone(preprocessed: Preprocessed, contract: DataContract) -> None:
     last = preprocessed.frame.iloc[-1]
-    store = open_store(preprocessed.settings)
-    online = online_features(store, [{"customer_id": str(last["customer_id"]),
-                                      "merchant_id": str(last["merchant_id"])}], contract)
-    # The latest state includes the last transaction itself.
-    assert online["customer_txn_count_24h"].iloc[0] >= 1
-    assert online["merchant_txn_count_24h"].iloc[0] >= 1
+    online = OnlineFeatures(open_store(preprocessed.settings), contract)
+    histories = online.read({"customer_id": str(last["customer_id"]), "merchant_id": str(last["merchant_id"])})
+    assert all(len(h) == 0 for h in histories.values())
     assert preprocessed.settings.feast_dir.is_relative_to(preprocessed.settings.resolved_home)

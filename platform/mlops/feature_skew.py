@@ -1,0 +1,68 @@
+"""Training/serving skew: the features the service used for logged predictions against the
+offline point-in-time features for the same entities and times (the ones training would get).
+
+A prediction after the newest offline event cannot be compared (the offline store has not seen
+that period yet); those are counted, not judged.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict
+
+from mlops.contract import DataContract
+from mlops.errors import InputError
+from mlops.feature_store import open_store, point_in_time_histories, read_offline_tables
+from mlops.features import compute_features
+from mlops.prediction_log import log_dir, read_predictions
+from mlops.settings import Settings
+
+
+class SkewReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    logged: int
+    compared: int
+    beyond_offline: int
+    differing: int
+    max_abs_diff: float
+    worst_feature: str | None
+    worst_event: str | None
+
+    @property
+    def share_differing(self) -> float:
+        return self.differing / self.compared if self.compared else 0.0
+
+
+def check_skew(settings: Settings, contract: DataContract, *, sample: int, tolerance: float,
+               seed: int = 0) -> SkewReport:
+    """Compare up to ``sample`` logged predictions (a seeded random sample) with offline features."""
+    records = read_predictions(log_dir(settings))
+    if not records:
+        raise InputError(f"no predictions logged under {log_dir(settings)}; serve some traffic first")
+    tables = read_offline_tables(settings, contract)
+    ts = contract.timestamp_column
+    offline_end = min(pd.to_datetime(t[ts], utc=True).max() for t in tables.values())
+    picked = random.Random(seed).sample(records, min(sample, len(records)))
+    covered = [r for r in picked if r.event_timestamp <= offline_end]
+    report = SkewReport(logged=len(records), compared=len(covered), beyond_offline=len(picked) - len(covered),
+                        differing=0, max_abs_diff=0.0, worst_feature=None, worst_event=None)
+    if not covered:
+        return report
+    entity_df = pd.DataFrame([{**r.entities, ts: r.event_timestamp} for r in covered])
+    histories = point_in_time_histories(open_store(settings), entity_df, contract, tables)
+    for record, history in zip(covered, histories, strict=True):
+        offline = compute_features(contract, history, record.event_timestamp)
+        # A feature the service did not log counts as infinitely different.
+        diffs = {name: abs(offline[name] - record.features[name]) if name in record.features else math.inf
+                 for name in contract.feature_names}
+        worst = max(diffs, key=diffs.__getitem__)
+        largest = diffs[worst]
+        if largest > tolerance:
+            report.differing += 1
+        if largest > report.max_abs_diff:
+            report.max_abs_diff, report.worst_feature, report.worst_event = largest, worst, record.event_id
+    return report
