@@ -7,26 +7,31 @@ not promoted, and corrupted data stops at validate without creating a version.
 
 from __future__ import annotations
 
+import itertools
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pandas as pd
 import pytest
-from fastapi.testclient import TestClient
 
 from mlops import registry
 from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
 from mlops.errors import PipelineError
-from mlops.feature_store import open_store, training_features
+from mlops.feature_store import open_store, read_offline_tables, training_features
 from mlops.inference import OnnxModel
+from mlops.online_features import materialize_online
+from mlops.prediction_log import log_dir, read_predictions
 from mlops.settings import Settings
-from pipelines.demo import request_body
-from pipelines.runner import PipelineOutcome, run_pipeline
+from pipelines.demo import free_port, replay_start, request_body, start_service, wait_ready
+from pipelines.runner import PipelineOutcome, run_pipeline, settings_env
 from pipelines.steps.preprocess import time_split
-from serving.app import create_app
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 ROWS = 8000
@@ -90,27 +95,64 @@ def test_first_run_logs_provenance_metrics_and_pictures(platform: Platform) -> N
             "validation/validation.html", "validation/validation.json"} <= logged
 
 
-def test_service_matches_offline_onnx_predictions(platform: Platform, tmp_path: Path) -> None:
+def test_replayed_test_split_matches_offline_features_and_scores(platform: Platform, tmp_path: Path) -> None:
+    """Materialize just before the test split, then replay it in time order through a running
+    service, each request after the previous answer: every transaction's served features equal its
+    offline point-in-time features and its probability equals offline ONNX scoring."""
     settings, contract = platform.settings, platform.contract
-    sample = time_split(platform.data, contract)["test"].head(25)
-    # Offline: the served model on the same raw rows plus the offline store's latest state.
-    store = open_store(settings)
-    after_all = platform.data[contract.timestamp_column].max() + pd.Timedelta(days=1)
-    offline_rows = training_features(store, sample, contract, as_of=after_all)
-    served = registry.download_serving_model(settings, tmp_path)
-    offline = OnnxModel(served.onnx_path).predict_proba(offline_rows)
-    with TestClient(create_app(settings)) as client:
-        online = []
-        for _, row in sample.iterrows():
-            answer = client.post("/predict", json=request_body(row, contract))
-            assert answer.status_code == 200, answer.text
-            body = answer.json()
-            assert body["model_version"] == "1"
-            online.append(body["probability"])
-    np.testing.assert_allclose(np.asarray(online), offline, rtol=0, atol=PARITY_TOLERANCE)
+    test = time_split(platform.data, contract)["test"]
+    materialize_online(settings, contract, replay_start(platform.data, contract))
+    port = free_port(settings.host)
+    process = start_service(settings, port, tmp_path / "serving.log")
+    base_url = f"http://{settings.host}:{port}"
+    try:
+        wait_ready(base_url, process, tmp_path / "serving.log")
+        with httpx.Client(base_url=base_url, timeout=30) as http:
+            for _, row in test.iterrows():
+                answer = http.post("/predict", json=request_body(row, contract))
+                assert answer.status_code == 200, answer.text
+            burst_start = test[contract.timestamp_column].max() + pd.Timedelta(hours=1)
+            card = {**request_body(test.iloc[0], contract), "customer_id": "C-burst"}
+            burst = [http.post("/predict", json={
+                **card, "transaction_id": f"BURST-{n}",
+                "event_timestamp": (burst_start + pd.Timedelta(seconds=30 * n)).isoformat()}) for n in range(5)]
+            assert [b.status_code for b in burst] == [200] * 5
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    logged = {r.event_id: r for r in read_predictions(log_dir(settings))}
+    tables = read_offline_tables(settings, contract)
+    offline = training_features(open_store(settings), platform.data, contract, tables)
+    offline = offline.set_index(contract.id_column).loc[test[contract.id_column]]
+    served = pd.DataFrame([logged[i].features for i in offline.index], index=offline.index)[contract.feature_names]
+    assert len(served) == len(test)
+    feature_diff = (served - offline[contract.feature_names]).abs().to_numpy().max()
+    assert feature_diff <= 1e-9
+    model = OnnxModel(registry.download_serving_model(settings, tmp_path / "model").onnx_path)
+    offline_probability = model.predict_proba(offline.reset_index())
+    served_probability = np.asarray([logged[i].probability for i in offline.index])
+    np.testing.assert_allclose(served_probability, offline_probability, rtol=0, atol=PARITY_TOLERANCE)
+    counts = [logged[f"BURST-{n}"].features["customer_txn_count_1h"] for n in range(5)]
+    assert all(a < b for a, b in itertools.pairwise(counts)), counts
+    print(f"replayed {len(test)} transactions: max feature difference {feature_diff:.2g}")
+
+
+def test_skew_check_finds_no_skew_after_the_replay(platform: Platform) -> None:
+    env = {**os.environ, **settings_env(platform.settings)}
+    result = subprocess.run([sys.executable, "-m", "mlops.cli", "features", "skew", "--sample", "300"],
+                            env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0.00% differ by more than 1e-09" in result.stdout
+    # The burst lies after the offline data: counted, not compared.
+    assert "newer than the offline store" in result.stdout
+
+
+def _online_store_bytes(settings: Settings) -> bytes:
+    return (settings.feast_dir / "online.db").read_bytes()
 
 
 def test_rerun_on_same_data_gives_identical_metrics_and_keeps_production(platform: Platform) -> None:
+    online_before = _online_store_bytes(platform.settings)
     again = run_pipeline(str(platform.source), platform.settings, run_name="again")
     first_metrics = _run_metrics(platform.settings, platform.first.run_id)
     again_metrics = _run_metrics(platform.settings, again.run_id)
@@ -123,6 +165,8 @@ def test_rerun_on_same_data_gives_identical_metrics_and_keeps_production(platfor
     # Equal F1 does not beat production by the margin: registered, not promoted.
     assert again.decision == "reject"
     assert registry.alias_version(platform.settings) == platform.first.version
+    # A rejected run leaves what production serves untouched, to the byte.
+    assert _online_store_bytes(platform.settings) == online_before
 
 
 def test_worse_model_is_registered_but_not_promoted(platform: Platform) -> None:

@@ -81,7 +81,7 @@ def test_materialization_is_incremental(contract: DataContract, tmp_path: Path) 
 
 
 def test_materialize_before_any_training_run_names_the_cause(contract: DataContract, tmp_path: Path) -> None:
-    with pytest.raises(FeatureStoreError, match="no offline features .* run the training pipeline first"):
+    with pytest.raises(FeatureStoreError, match=r"no offline features .* run the training pipeline first"):
         materialize_online(Settings(home=tmp_path), contract, pd.Timestamp.now(tz="UTC").to_pydatetime())
 
 

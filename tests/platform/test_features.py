@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import random
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -135,10 +134,10 @@ def test_offline_point_in_time_features_through_feast_match_brute_force(
 
 
 @pytest.fixture(scope="module")
-def online(contract: DataContract, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OnlineFeatures]:
+def online(contract: DataContract, tmp_path_factory: pytest.TempPathFactory) -> OnlineFeatures:
     settings = Settings(home=tmp_path_factory.mktemp("online"))
     seed = stream_frame([("seed", "seed", timedelta(0), 1.0)])
-    yield OnlineFeatures(publish_features(seed, contract, settings), contract)
+    return OnlineFeatures(publish_features(seed, contract, settings), contract)
 
 
 def _serve(online: OnlineFeatures, contract: DataContract, row: pd.Series) -> dict[str, float]:
@@ -182,7 +181,8 @@ def test_merging_an_older_batch_keeps_newer_events(contract: DataContract) -> No
     t0 = to_micros(BASE)
     online_history = append_event(view, empty_history(view), "new", t0 + 3_600_000_000, {"amount": 9.0})
     offline_history = append_event(view, empty_history(view), "old", t0, {"amount": 1.0})
-    assert online_history is not None and offline_history is not None
+    assert online_history is not None
+    assert offline_history is not None
     merged = merge_histories(view, online_history, offline_history)
     assert merged.ids == ("old", "new")
     assert merge_histories(view, merged, offline_history) == merged  # idempotent

@@ -2,7 +2,8 @@
 
 No mocks: a module fixture builds the embedded platform under a temporary MLOPS_HOME (generate
 transactions, publish and materialize features, train a small model, export it, log, register
-and promote it; about a minute on two cores) and one app serves it for the whole module.
+and promote it; about a minute on two cores) and one app serves it for the whole module. Every
+answered request is recorded in the online store, so each test uses its own ids where it matters.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from fastapi.testclient import TestClient
 from mlops import feature_store, registry
 from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
-from mlops.feature_store import online_features, open_store
-from mlops.features import feature_defaults
+from mlops.feature_store import open_store
+from mlops.features import compute_features, empty_history
 from mlops.inference import OnnxModel
+from mlops.online_features import OnlineFeatures, materialize_online
+from mlops.prediction_log import log_dir, read_predictions
 from mlops.settings import Settings
 from pipelines.steps.train import TrainParams, export_and_check, log_training_to_mlflow, train_model
 from serving.app import create_app
@@ -55,8 +58,9 @@ def _build(settings: Settings) -> ServedPlatform:
     contract = load_contract(settings.contract_path)
     transactions = generate_transactions(N_ROWS, seed=SEED)
     store = feature_store.publish_features(transactions, contract, settings)
-    feature_store.materialize(store, transactions, contract)
-    train, val, test = _time_split(feature_store.training_features(store, transactions, contract), contract)
+    materialize_online(settings, contract, transactions[contract.timestamp_column].max().to_pydatetime())
+    tables = feature_store.read_offline_tables(settings, contract)
+    train, val, test = _time_split(feature_store.training_features(store, transactions, contract, tables), contract)
 
     params = TrainParams.from_settings(settings)
     result = train_model(train, val, contract, params)
@@ -107,13 +111,14 @@ def body(platform_home: ServedPlatform) -> dict[str, Any]:
     }
 
 
-def _expected_probability(platform: ServedPlatform, body: dict[str, Any]) -> tuple[float, pd.DataFrame]:
-    """Score the request outside the service: raw fields + online features into the exported graph."""
+def _expected_probability(platform: ServedPlatform, body: dict[str, Any]) -> tuple[float, dict[str, float]]:
+    """Score the request outside the service (before it records it): raw fields + features at its time."""
     contract = platform.contract
     keys = {e.join_key: body[e.join_key] for e in contract.entities}
-    features = online_features(open_store(platform.settings), [keys], contract)
-    raw = pd.DataFrame([{k: v for k, v in body.items() if k not in keys}])
-    probability = OnnxModel(platform.onnx_path).predict_proba(pd.concat([raw, features], axis=1))
+    histories = OnlineFeatures(open_store(platform.settings), contract).read(keys)
+    features = compute_features(contract, histories, pd.Timestamp(body["event_timestamp"]))
+    raw = {name: body[name] for name in contract.raw_inputs}
+    probability = OnnxModel(platform.onnx_path).predict_proba([{**raw, **features}])
     return float(probability[0]), features
 
 
@@ -140,23 +145,64 @@ def test_predict_matches_the_onnx_model_on_online_features(
     assert answer["threshold"] == pytest.approx(OnnxModel(platform_home.onnx_path).threshold)
     assert answer["probability"] == pytest.approx(expected, abs=1e-6)
     assert answer["decision"] == ("fraud" if answer["probability"] >= answer["threshold"] else "legit")
+    assert answer["unknown_entities"] == []
+    assert answer["unknown_categories"] == []
+    assert pd.Timestamp(answer["event_timestamp"]) == pd.Timestamp(body["event_timestamp"])
     # The store really answered: a known customer has a spending history.
-    assert float(features["customer_amount_mean_7d"].iloc[0]) > 0
+    assert features["customer_amount_mean_7d"] > 0
 
 
-def test_unknown_customer_gets_no_history_defaults(
+def test_unknown_customer_is_scored_with_empty_window_defaults_and_flagged(
     client: TestClient, platform_home: ServedPlatform, body: dict[str, Any]
 ) -> None:
-    request = {**body, "customer_id": UNKNOWN_CUSTOMER}
+    contract = platform_home.contract
+    request = {**body, "transaction_id": "T-unknown", "customer_id": UNKNOWN_CUSTOMER}
     expected, features = _expected_probability(platform_home, request)
-    defaults = feature_defaults(platform_home.contract)
-    customer_features = [name for name in defaults if name.startswith("customer_")]
+    moment = pd.Timestamp(body["event_timestamp"])
+    empty = compute_features(contract, {v.view_name: empty_history(v) for v in contract.feature_views}, moment)
+    customer_features = [f.name for f in contract.feature_views[0].features]
 
     response = client.post("/predict", json=request)
 
     assert response.status_code == 200, response.text
     assert response.json()["probability"] == pytest.approx(expected, abs=1e-6)
-    assert features[customer_features].iloc[0].to_dict() == {n: defaults[n] for n in customer_features}
+    assert response.json()["unknown_entities"] == ["customer"]
+    assert {n: features[n] for n in customer_features} == {n: empty[n] for n in customer_features}
+    assert empty["customer_txn_count_24h"] == 0.0
+    assert empty["customer_seconds_since_previous"] == 30 * 86_400.0
+
+
+def test_unseen_category_is_scored_and_named(client: TestClient, body: dict[str, Any]) -> None:
+    response = client.post("/predict", json={**body, "transaction_id": "T-zz", "country": "ZZ"})
+
+    assert response.status_code == 200, response.text
+    assert response.json()["unknown_categories"] == ["country"]
+
+
+def test_event_time_drives_the_features_and_each_answer_is_recorded(
+    client: TestClient, platform_home: ServedPlatform, body: dict[str, Any]
+) -> None:
+    card = {**body, "customer_id": "C-burst"}
+    start = pd.Timestamp("2026-03-01T23:50:00Z")
+    answers = [client.post("/predict", json={**card, "transaction_id": f"T-burst-{n}",
+                                            "event_timestamp": (start + pd.Timedelta(minutes=n)).isoformat()})
+               for n in range(5)]
+    assert [a.status_code for a in answers] == [200] * 5
+    logged = {r.event_id: r for r in read_predictions(log_dir(platform_home.settings))}
+    counts = [logged[f"T-burst-{n}"].features["customer_txn_count_1h"] for n in range(5)]
+    assert counts == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert logged["T-burst-0"].unknown_entities == ["customer"]
+    assert logged["T-burst-1"].unknown_entities == []
+    # The hour of day comes from the request's own time (23:50 vs 00:00 the next day).
+    assert logged["T-burst-0"].features["hour_of_day_cos"] != logged["T-burst-4"].features["hour_of_day_cos"]
+
+
+def test_a_missing_event_time_means_now(client: TestClient, body: dict[str, Any]) -> None:
+    before = pd.Timestamp.now(tz="UTC")
+    response = client.post("/predict", json={**_without(body, "event_timestamp"), "transaction_id": "T-now"})
+
+    assert response.status_code == 200, response.text
+    assert before <= pd.Timestamp(response.json()["event_timestamp"]) <= pd.Timestamp.now(tz="UTC")
 
 
 def _without(body: dict[str, Any], field: str) -> dict[str, Any]:
@@ -171,7 +217,9 @@ MALFORMED: dict[str, tuple[Callable[[dict[str, Any]], str], str]] = {
     "amount NaN": (lambda b: json.dumps(_without(b, "amount"))[:-1] + ', "amount": NaN}', "amount"),
     "amount Infinity": (lambda b: json.dumps({**b, "amount": float("inf")}), "amount"),
     "amount below contract min": (lambda b: json.dumps({**b, "amount": -5.0}), "amount"),
-    "unknown category": (lambda b: json.dumps({**b, "country": "ZZ"}), "country"),
+    "category not a string": (lambda b: json.dumps({**b, "country": 7}), "country"),
+    "event time in the future": (lambda b: json.dumps({**b, "event_timestamp": "9999-01-01T00:00:00Z"}),
+                                 "event_timestamp"),
     "extra field": (lambda b: json.dumps({**b, "colour": "red"}), "colour"),
     "empty customer id": (lambda b: json.dumps({**b, "customer_id": ""}), "customer_id"),
     "naive timestamp": (lambda b: json.dumps({**b, "event_timestamp": "2026-03-02"}), "event_timestamp"),
@@ -190,9 +238,12 @@ def test_malformed_request_is_422_naming_the_field(
 
     assert response.status_code == 422, response.text
     answer = response.json()
-    assert answer["error"] == "InvalidRequest"
     assert answer["field"] == field
-    assert [item["field"] for item in answer["detail"]] == [field]
+    if answer["error"] == "InvalidRequest":  # schema errors list every problem; InputError is one
+        assert [item["field"] for item in answer["detail"]] == [field]
+    else:
+        assert answer["error"] == "InputError"
+        assert "future" in answer["detail"]
 
 
 def test_openapi_documents_the_contract_request(client: TestClient) -> None:
@@ -202,7 +253,7 @@ def test_openapi_documents_the_contract_request(client: TestClient) -> None:
     request_body = response.json()["paths"]["/predict"]["post"]["requestBody"]
     schema = request_body["content"]["application/json"]["schema"]
     assert schema["properties"]["amount"]["minimum"] == pytest.approx(0.01)
-    assert "gift_cards" in schema["properties"]["merchant_category"]["enum"]
+    assert schema["properties"]["merchant_category"]["maxLength"] == 64
     assert schema["additionalProperties"] is False
 
 
