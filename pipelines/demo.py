@@ -63,9 +63,9 @@ def request_body(row: pd.Series, contract: DataContract) -> dict[str, object]:
 
 def start_service(settings: Settings, port: int, log_path: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, **settings_env(settings), "MLOPS_PORT": str(port)}
-    log_file = log_path.open("wb")
-    return subprocess.Popen([sys.executable, "-m", "mlops.cli", "serve"], env=env,
-                            stdout=log_file, stderr=subprocess.STDOUT)
+    with log_path.open("wb") as log_file:  # the child keeps its own descriptor
+        return subprocess.Popen([sys.executable, "-m", "mlops.cli", "serve"], env=env,
+                                stdout=log_file, stderr=subprocess.STDOUT)
 
 
 def wait_ready(base_url: str, process: subprocess.Popen[bytes], log_path: Path) -> dict[str, object]:

@@ -1,0 +1,148 @@
+"""Online features and the prediction service before and after the feature rewrite, side by side.
+
+For each source tree (the commit before the rewrite, checked out into a temporary git worktree,
+and this working tree) on the same generated data: run the pipeline (3 epochs), materialize the
+online store where the tree has that command, time the in-process feature fetch for one
+transaction (p50/p99), then start the service and measure /predict latency (sequential) and
+requests/s (16 concurrent clients). Both trees run with this checkout's .venv; PYTHONPATH picks the
+tree. All traffic stays on 127.0.0.1.
+
+    .venv/bin/python benchmarks/features_before_after.py [--rows 8000] [--before a076e85]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+SEQUENTIAL_REQUESTS = 400
+CONCURRENT_REQUESTS = 1200
+CLIENTS = 16
+
+
+def _env(tree: Path, home: Path, **extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": f"{tree / 'platform'}:{tree}", "MLOPS_HOME": str(home),
+            "MLOPS_MAX_EPOCHS": "3", **extra}
+
+
+def _run(args: list[str], env: dict[str, str], log: Path) -> None:
+    with log.open("ab") as out:
+        subprocess.run([sys.executable, *args], env=env, stdout=out, stderr=subprocess.STDOUT, check=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _bodies(frame: pd.DataFrame, n: int, tag: str) -> list[dict[str, Any]]:
+    rows = frame.tail(n).to_dict(orient="records")
+    return [{"transaction_id": f"{tag}-{i}", "customer_id": r["customer_id"], "merchant_id": r["merchant_id"],
+             "event_timestamp": pd.Timestamp(r["event_timestamp"]).isoformat(), "amount": float(r["amount"]),
+             "merchant_category": r["merchant_category"], "channel": r["channel"], "country": r["country"]}
+            for i, r in enumerate(rows)]
+
+
+def _serve_and_load(env: dict[str, str], frame: pd.DataFrame, log: Path) -> dict[str, float]:
+    port = _free_port()
+    started = time.monotonic()
+    with log.open("ab") as out:
+        process = subprocess.Popen([sys.executable, "-m", "mlops.cli", "serve"], env={**env, "MLOPS_PORT": str(port)},
+                                   stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if process.poll() is not None or time.monotonic() - started > 180:
+                raise RuntimeError(f"service did not start; see {log}")
+            time.sleep(0.2)
+        ready_s = time.monotonic() - started
+        with httpx.Client(base_url=base, timeout=30) as http:
+            latencies = []
+            for body in _bodies(frame, SEQUENTIAL_REQUESTS, "seq"):
+                t0 = time.perf_counter()
+                http.post("/predict", json=body).raise_for_status()
+                latencies.append(time.perf_counter() - t0)
+        bodies = _bodies(frame, CONCURRENT_REQUESTS, "load")
+
+        def send(chunk: list[dict[str, Any]]) -> None:
+            with httpx.Client(base_url=base, timeout=30) as client:
+                for body in chunk:
+                    client.post("/predict", json=body).raise_for_status()
+
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(CLIENTS) as pool:
+            list(pool.map(send, [bodies[i::CLIENTS] for i in range(CLIENTS)]))
+        rate = len(bodies) / (time.perf_counter() - t0)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    ms = np.asarray(latencies) * 1000
+    return {"ready_s": ready_s, "predict_p50_ms": float(np.percentile(ms, 50)),
+            "predict_p99_ms": float(np.percentile(ms, 99)), "requests_per_s": rate}
+
+
+def measure(tree: Path, data: Path, work: Path, name: str) -> dict[str, float]:
+    home = work / f"home-{name}"
+    log = work / f"{name}.log"
+    env = _env(tree, home)
+    print(f"[{name}] pipeline on {data.name} (log: {log})", flush=True)
+    _run(["-m", "mlops.cli", "pipeline", "run", str(data)], env, log)
+    frame = pd.read_parquet(data).sort_values("event_timestamp")
+    replay_from = frame["event_timestamp"].iloc[-CONCURRENT_REQUESTS - SEQUENTIAL_REQUESTS]
+    if (tree / "platform" / "mlops" / "online_features.py").exists():
+        as_of = (replay_from - pd.Timedelta(microseconds=1)).isoformat()
+        _run(["-m", "mlops.cli", "features", "materialize", "--end", as_of], env, log)
+    probe = subprocess.run([sys.executable, str(REPO / "benchmarks" / "feature_fetch_probe.py"), str(data), "500"],
+                           env=env, capture_output=True, text=True, check=True)
+    result: dict[str, float] = json.loads(probe.stdout.strip().splitlines()[-1])
+    print(f"[{name}] service under load", flush=True)
+    result.update(_serve_and_load(env, frame, log))
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=8000)
+    parser.add_argument("--before", default="a076e85", help="commit before the feature rewrite")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="features-bench-") as tmp:
+        work = Path(tmp)
+        before_tree = work / "before"
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(before_tree), args.before],
+                       check=True)
+        try:
+            data = work / "transactions.parquet"
+            _run(["-m", "mlops.cli", "data", "generate", "--out", str(data), "--rows", str(args.rows)],
+                 _env(REPO, work / "gen"), work / "generate.log")
+            results = {"before": measure(before_tree, data, work, "before"), "after": measure(REPO, data, work, "after")}
+        finally:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(before_tree)], check=False)
+    print(f"\n{'metric':<22}{'before':>12}{'after':>12}{'after/before':>14}")
+    for key in results["before"]:
+        before, after = results["before"][key], results["after"][key]
+        print(f"{key:<22}{before:>12.2f}{after:>12.2f}{after / before:>14.2f}")
+
+
+if __name__ == "__main__":
+    main()
