@@ -44,3 +44,11 @@ def object_id(obj: dict[str, Any]) -> str:
     namespace = metadata.get("namespace")
     name = metadata.get("name", "<no name>")
     return f"{obj.get('kind')}/{namespace}/{name}" if namespace else f"{obj.get('kind')}/{name}"
+
+
+def find_object(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    """The object of that kind and name; a missing one is an error naming both."""
+    for obj in objects:
+        if obj.get("kind") == kind and obj.get("metadata", {}).get("name") == name:
+            return obj
+    raise ManifestError(f"no {kind}/{name} in the manifests")

@@ -32,16 +32,16 @@ def render(alerts_file: Path = ALERTS_FILE) -> str:
     return HEADER + yaml.safe_dump(prometheus_rule(alerts), sort_keys=False, width=120)
 
 
-def main(argv: list[str]) -> int:
-    fresh = render()
+def main(argv: list[str], *, alerts_file: Path = ALERTS_FILE, manifest: Path = RULES_MANIFEST) -> int:
+    fresh = render(alerts_file)
     if "--check" in argv:
-        if not RULES_MANIFEST.exists() or RULES_MANIFEST.read_text() != fresh:
-            print(f"{RULES_MANIFEST} is stale: run `make infra-rules`", file=sys.stderr)
+        if not manifest.exists() or manifest.read_text() != fresh:
+            print(f"{manifest} is stale: run `make infra-rules`", file=sys.stderr)
             return 1
         return 0
-    RULES_MANIFEST.parent.mkdir(parents=True, exist_ok=True)
-    RULES_MANIFEST.write_text(fresh)
-    print(f"wrote {RULES_MANIFEST}")
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    manifest.write_text(fresh)
+    print(f"wrote {manifest}")
     return 0
 
 

@@ -36,6 +36,7 @@ class Settings(BaseSettings):
     parity_tolerance: float = Field(default=1e-5, gt=0)
     device: str = Field(default="auto", pattern="^(auto|cpu|cuda)$")
     demo_rows: int = Field(default=30_000, ge=1_000)
+    kfp_host: str | None = Field(default=None, description="Kubeflow Pipelines endpoint for submit/schedule.")
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
 
