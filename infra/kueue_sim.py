@@ -12,7 +12,7 @@ What it models (Kueue v0.19 semantics, simplified):
 - Preemption: ``reclaimWithinCohort`` (Any, or LowerPriority) evicts workloads of other queues
   that are borrowing in that flavor, only while the preempting queue stays within its nominal
   quota; ``withinClusterQueue: LowerPriority`` evicts lower-priority workloads of the same queue.
-  Lowest priority and newest go first; victims that turn out unnecessary are kept. Evicted
+  Lowest priority and newest go first; a victim found unnecessary afterwards is spared. Evicted
   workloads are requeued.
 - Queueing: BestEffortFIFO, higher priority first, then submission order.
 
