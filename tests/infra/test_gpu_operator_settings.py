@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from infra.manifests import INFRA_DIR, find_object
+from infra.schemas import SchemaValidator
 
 # GPU PCI ids (device-filter) and the MIG profiles each offers: compute slices used, most per GPU.
 GPUS = {"0x20B210DE": "A100-SXM4-80GB", "0x233010DE": "H100-80GB-HBM3"}
@@ -39,6 +40,25 @@ def test_the_operator_runs_every_component_the_platform_needs() -> None:
         assert values[component]["enabled"] is True, component
     assert values["mig"]["strategy"] in {"single", "mixed"}
     assert values["dcgmExporter"]["serviceMonitor"]["enabled"] is False  # the platform ships its own
+
+
+# Top-level keys of the chart's values that are not ClusterPolicy fields.
+CHART_ONLY_KEYS = {"nfd"}
+
+
+def _cluster_policy(values: dict[str, Any]) -> dict[str, Any]:
+    """The ClusterPolicy the chart renders from the values (it copies each section into spec)."""
+    spec = {key: section for key, section in values.items() if key not in CHART_ONLY_KEYS}
+    return {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cluster-policy"},
+            "spec": spec}
+
+
+def test_the_values_are_a_valid_cluster_policy(validator: SchemaValidator) -> None:
+    values = _values("gpu-operator-values.yaml")
+    assert validator.errors(_cluster_policy(values)) == []
+    values["migManager"]["confg"] = values["migManager"].pop("config")
+    assert validator.errors(_cluster_policy(values)) == [
+        "ClusterPolicy/cluster-policy: spec.migManager: Additional properties are not allowed ('confg' was unexpected)"]
 
 
 def test_every_mig_layout_is_a_valid_partition(built: dict[str, list[dict[str, Any]]]) -> None:
