@@ -8,7 +8,7 @@ UV_VERSION := 0.13.9
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint serve compile lock clean
+.PHONY: setup demo test lint serve compile lock clean validate-infra infra-rules
 
 setup: $(STAMP)
 
@@ -22,12 +22,20 @@ $(STAMP): pyproject.toml requirements.lock
 demo: setup
 	$(VENV)/bin/mlops demo
 
-test: setup
+test: setup validate-infra
 	$(PY) -m pytest
 
 lint: setup
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy platform pipelines serving monitoring feature_repo tests
+	$(VENV)/bin/mypy platform pipelines serving monitoring feature_repo infra tests
+
+# Kubernetes manifests, offline: kustomize build of every overlay, Kubernetes/CRD schemas, policies.
+validate-infra: setup
+	$(PY) -m infra.validate
+
+# Regenerate infra/base/monitoring/prometheus-rules.yaml from monitoring/prometheus/alerts.yml.
+infra-rules: setup
+	$(PY) -m infra.rules
 
 serve: setup
 	$(VENV)/bin/mlops serve

@@ -9,6 +9,7 @@ from pathlib import Path
 from kfp import compiler, dsl
 
 from pipelines import components
+from pipelines.cluster import run_on_gpu_queue
 
 PIPELINE_NAME = "fraud-training"
 COMPILED_PIPELINE = Path(__file__).parent / "training_pipeline.yaml"
@@ -24,6 +25,7 @@ def training_pipeline(source: str, run_name: str = "") -> None:
     features.after(validated)
     trained = components.train(train=features.outputs["train"], validation=features.outputs["validation"],
                                test=features.outputs["test"], run_id=run_id)
+    run_on_gpu_queue(trained)
     evaluated = components.evaluate(test=features.outputs["test"], model=trained.outputs["model"],
                                     model_uri=trained.outputs["Output"], run_id=run_id)
     with dsl.If(evaluated.outputs["Output"] == "promote", name="better-than-production"):

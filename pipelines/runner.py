@@ -8,6 +8,7 @@ step fails, the pipeline's MLflow run says which step and why, and that is what 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -61,7 +62,10 @@ def run_pipeline(source: str, settings: Settings, *, package: Path = COMPILED_PI
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(settings.kfp_root),
                raise_on_error=True)
     pipeline = components.load_component_from_file(str(package))
-    with _environment(settings_env(settings)):
+    with _environment(settings_env(settings)), warnings.catch_warnings():
+        # The train task's GPU settings (pipelines/cluster.py) are for Kubeflow; locally they are moot.
+        warnings.filterwarnings("ignore", message=r"Task '.*': settings .* have no effect in the current local runner",
+                                category=UserWarning)
         try:
             pipeline(source=source, run_name=run_name)
         except RuntimeError as exc:

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import atexit
+import copy
 import gc
 import sys
 import warnings
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from mlops.contract import DataContract, load_contract
 from mlops.settings import BUNDLED_CONTRACT
+
+if TYPE_CHECKING:
+    from infra.schemas import SchemaValidator
 
 
 @pytest.fixture(scope="session")
@@ -36,3 +41,26 @@ def _close_metric_files() -> None:
 
 
 atexit.register(_close_metric_files)
+
+
+# --- infra/: the kustomize overlays built once per session (kubectl kustomize, offline) ---
+
+@pytest.fixture(scope="session")
+def built() -> dict[str, list[dict[str, Any]]]:
+    from infra.manifests import OVERLAYS, build_overlay
+
+    return {name: build_overlay(name) for name in OVERLAYS}
+
+
+@pytest.fixture
+def prod(built: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """A private copy of the prod overlay's objects, free to mutate."""
+    return copy.deepcopy(built["prod"])
+
+
+@pytest.fixture(scope="session")
+def validator() -> SchemaValidator:
+    from infra.manifests import DEFAULT_CRD_DIR
+    from infra.schemas import SchemaValidator
+
+    return SchemaValidator(DEFAULT_CRD_DIR)

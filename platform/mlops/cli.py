@@ -124,6 +124,7 @@ def run_command(
                   f"decision [bold]{outcome.decision}[/]; serving alias -> version {outcome.production_version}")
 
 
+<<<<<<< HEAD
 def _parse_time(value: str | None, option: str) -> datetime:
     """An ISO 8601 time (naive = UTC), or now when not given; a bad value exits 2 naming the option."""
     if value is None:
@@ -177,6 +178,51 @@ def skew_command(
                   f"largest difference {report.max_abs_diff:.3g}{worst}", highlight=False)
     if report.share_differing > threshold:
         _fail(FeatureSkewError(f"feature skew {report.share_differing:.2%} is above the threshold {threshold:.2%}"))
+=======
+def _kfp_host(host: str | None, settings: Settings) -> str:
+    if host or settings.kfp_host:
+        return str(host or settings.kfp_host)
+    _error_exit("no Kubeflow Pipelines endpoint: pass --host or set MLOPS_KFP_HOST", 2)
+
+
+@pipeline_app.command("submit")
+def submit_command(
+    source: Annotated[str, typer.Argument(help="Path or URL of raw transactions, readable from the cluster.")],
+    host: Annotated[str | None, typer.Option(help="KFP endpoint (default MLOPS_KFP_HOST).")] = None,
+    experiment: Annotated[str | None, typer.Option(help="KFP experiment (default MLOPS_EXPERIMENT).")] = None,
+    run_name: Annotated[str, typer.Option(help="Run name.")] = "",
+) -> None:
+    """Start one run of the compiled pipeline on Kubeflow Pipelines."""
+    from pipelines.kfp_remote import submit
+
+    settings = _settings()
+    try:
+        run = submit(_kfp_host(host, settings), source, experiment=experiment or settings.experiment,
+                     run_name=run_name)
+    except MLOpsError as exc:
+        _fail(exc)
+    console.print(f"submitted run {run.name} ({run.id}) in experiment {run.experiment_id}")
+
+
+@pipeline_app.command("schedule")
+def schedule_command(
+    source: Annotated[str, typer.Argument(help="Path or URL of raw transactions, readable from the cluster.")],
+    cron: Annotated[str, typer.Option(help="When to run: 5-field cron, or KFP's 6 fields.")] = "0 3 * * 1",
+    host: Annotated[str | None, typer.Option(help="KFP endpoint (default MLOPS_KFP_HOST).")] = None,
+    experiment: Annotated[str | None, typer.Option(help="KFP experiment (default MLOPS_EXPERIMENT).")] = None,
+    name: Annotated[str, typer.Option(help="Recurring run name.")] = "weekly-retraining",
+) -> None:
+    """Create a recurring run of the compiled pipeline (default: weekly, Mondays 03:00)."""
+    from pipelines.kfp_remote import schedule
+
+    settings = _settings()
+    try:
+        recurring = schedule(_kfp_host(host, settings), source, cron=cron,
+                             experiment=experiment or settings.experiment, name=name)
+    except MLOpsError as exc:
+        _fail(exc)
+    console.print(f"scheduled {recurring.name} ({recurring.id}) in experiment {recurring.experiment_id}")
+>>>>>>> issue-10
 
 
 @model_app.command("list")

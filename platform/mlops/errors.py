@@ -62,6 +62,14 @@ class ExportParityError(TrainingError):
     """The exported ONNX graph disagrees with the torch model beyond tolerance."""
 
 
+class ManifestError(MLOpsError):
+    """Kubernetes manifests in infra/ do not build, break a schema or a platform policy."""
+
+
+class ClusterError(MLOpsError):
+    """A cluster endpoint (Kubeflow Pipelines) refused a request or could not be reached."""
+
+
 class NotFoundError(MLOpsError):
     """A model, version, alias or entity does not exist."""
 

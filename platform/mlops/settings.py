@@ -38,6 +38,7 @@ class Settings(BaseSettings):
     demo_rows: int = Field(default=30_000, ge=1_000)
     max_clock_skew_s: float = Field(
         default=300.0, ge=0, description="How far in the future a request's event_timestamp may lie.")
+    kfp_host: str | None = Field(default=None, description="Kubeflow Pipelines endpoint for submit/schedule.")
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
 

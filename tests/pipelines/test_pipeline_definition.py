@@ -4,6 +4,7 @@ deploy step behind the evaluation condition."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -12,13 +13,19 @@ from pipelines.pipeline import COMPILED_PIPELINE, compile_pipeline
 STEPS = {"ingest", "validate", "preprocess", "train", "evaluate", "deploy"}
 
 
+def _pipeline_spec() -> dict[str, Any]:
+    """The IR's first document; the second holds the Kubernetes platform settings (pipelines/cluster.py)."""
+    spec: dict[str, Any] = next(yaml.safe_load_all(COMPILED_PIPELINE.read_text()))
+    return spec
+
+
 def test_committed_pipeline_yaml_is_current(tmp_path: Path) -> None:
     fresh = compile_pipeline(tmp_path / "pipeline.yaml").read_text()
     assert fresh == COMPILED_PIPELINE.read_text(), "run `make compile` and commit pipelines/training_pipeline.yaml"
 
 
 def test_pipeline_has_six_steps_and_deploy_is_conditional() -> None:
-    spec = yaml.safe_load(COMPILED_PIPELINE.read_text())
+    spec = _pipeline_spec()
     root_tasks = spec["root"]["dag"]["tasks"]
     condition = root_tasks["condition-1"]
     assert set(root_tasks) == (STEPS - {"deploy"}) | {"condition-1"}
@@ -33,7 +40,7 @@ def test_pipeline_has_six_steps_and_deploy_is_conditional() -> None:
 
 
 def test_no_step_reuses_cached_results() -> None:
-    spec = yaml.safe_load(COMPILED_PIPELINE.read_text())
+    spec = _pipeline_spec()
     tasks = dict(spec["root"]["dag"]["tasks"]) | spec["components"]["comp-condition-1"]["dag"]["tasks"]
     for name, task in tasks.items():
         if name.startswith("condition"):

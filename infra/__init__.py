@@ -1,0 +1,1 @@
+"""Offline checks of the Kubernetes manifests in infra/: build, schemas, policies, Kueue admission model."""
