@@ -135,7 +135,8 @@ def main() -> None:
             data = work / "transactions.parquet"
             _run(["-m", "mlops.cli", "data", "generate", "--out", str(data), "--rows", str(args.rows)],
                  _env(REPO, work / "gen"), work / "generate.log")
-            results = {"before": measure(before_tree, data, work, "before"), "after": measure(REPO, data, work, "after")}
+            results = {"before": measure(before_tree, data, work, "before"),
+                       "after": measure(REPO, data, work, "after")}
         finally:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(before_tree)], check=False)
     print(f"\n{'metric':<22}{'before':>12}{'after':>12}{'after/before':>14}")

@@ -124,7 +124,6 @@ def run_command(
                   f"decision [bold]{outcome.decision}[/]; serving alias -> version {outcome.production_version}")
 
 
-<<<<<<< HEAD
 def _parse_time(value: str | None, option: str) -> datetime:
     """An ISO 8601 time (naive = UTC), or now when not given; a bad value exits 2 naming the option."""
     if value is None:
@@ -178,7 +177,8 @@ def skew_command(
                   f"largest difference {report.max_abs_diff:.3g}{worst}", highlight=False)
     if report.share_differing > threshold:
         _fail(FeatureSkewError(f"feature skew {report.share_differing:.2%} is above the threshold {threshold:.2%}"))
-=======
+
+
 def _kfp_host(host: str | None, settings: Settings) -> str:
     if host or settings.kfp_host:
         return str(host or settings.kfp_host)
@@ -222,7 +222,6 @@ def schedule_command(
     except MLOpsError as exc:
         _fail(exc)
     console.print(f"scheduled {recurring.name} ({recurring.id}) in experiment {recurring.experiment_id}")
->>>>>>> issue-10
 
 
 @model_app.command("list")
