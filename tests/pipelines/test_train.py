@@ -17,6 +17,7 @@ from mlops.contract import DataContract
 from mlops.data.generator import generate_transactions
 from mlops.errors import TrainingError
 from mlops.inference import OnnxModel
+from mlops.features import replay_features
 from mlops.model import encode
 from mlops.settings import Settings
 from pipelines.steps.train import (
@@ -34,17 +35,8 @@ Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 
 
 def _with_features(df: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
-    """Rolling per-entity aggregates as of each row (inclusive), enough to carry the fraud signal."""
-    df = df.copy()
-    amounts = df.set_index(contract.timestamp_column)["amount"]
-    for view in contract.feature_views:
-        keys = df[contract.entity(view.entity).join_key].to_numpy()
-        for feature in view.features:
-            window, agg = feature.window, feature.agg
-            rolled = amounts.groupby(keys).transform(lambda s, w=window, a=agg: s.rolling(w).agg(a))
-            df[feature.name] = rolled.to_numpy()
-    return df
-
+    """The contract's window and time features of each row, as serving would compute them."""
+    return pd.concat([df, replay_features(df, contract)], axis=1)
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ from mlops.features import (
     decode_history,
     empty_history,
     merge_histories,
+    replay_features,
     to_micros,
     unknown_entities,
 )
@@ -206,3 +207,11 @@ def test_offline_tables_never_touch_the_online_store(contract: DataContract, tmp
     publish_features(stream_frame([("c9", "m9", timedelta(hours=2), 99.0)]), contract, settings)
     after = online_db.read_bytes() if online_db.exists() else b""
     assert after == before
+
+
+@hypothesis_settings(max_examples=40, deadline=None)
+@given(events=STREAMS)
+def test_in_memory_replay_matches_brute_force(contract: DataContract,
+                                              events: list[tuple[str, str, timedelta, float]]) -> None:
+    frame = stream_frame(events).sample(frac=1.0, random_state=0)  # any input order
+    assert_features_equal(replay_features(frame, contract), brute_force(frame, contract))
