@@ -82,7 +82,7 @@ def run_demo(settings: Settings, rows: int, console: Console) -> None:
     data_path = demo_dir / f"transactions-{rows}-seed{settings.seed}.parquet"
     started = time.monotonic()
     with console.status(f"[1/4] generating {rows:,} transactions"):
-        frame = generate_transactions(rows, seed=settings.seed)
+        frame = generate_transactions(rows, seed=settings.seed, contract=contract)
         frame.to_parquet(data_path, index=False)
     console.print(f"[1/4] {rows:,} transactions ({frame[contract.label_column].mean():.2%} fraud) -> {data_path}")
     console.print("[2/4] running the training pipeline (kfp.local; each step logs below)")

@@ -51,18 +51,24 @@ def generate(
     out: Annotated[Path, typer.Option(help="Where to write the data (.parquet or .csv).")],
     rows: Annotated[int, typer.Option(min=100, help="Number of transactions.")] = 60_000,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 42,
-    scenario: Annotated[str, typer.Option(help="Drift scenario (none, amount_inflation, ...).")] = "none",
+    scenario: Annotated[str, typer.Option(help="none, a drift (amount_inflation, ...), night_fraud.")] = "none",
     fraud_rate: Annotated[float, typer.Option(min=0.001, max=0.2, help="Share of fraud.")] = 0.015,
 ) -> None:
-    """Write seeded synthetic card transactions."""
+    """Write seeded synthetic card transactions (columns, categories and ranges from the contract)."""
+    from mlops.contract import load_contract
     from mlops.data.generator import SCENARIOS, generate_transactions
 
     if scenario not in SCENARIOS:
         _error_exit(f"unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}", 2)
     if out.suffix not in {".parquet", ".csv"}:
         _error_exit(f"--out must end in .parquet or .csv, got {out.name!r}", 2)
+    try:
+        contract = load_contract(_settings().contract_path)
+    except MLOpsError as exc:
+        _fail(exc)
     with console.status(f"generating {rows:,} transactions"):
-        frame = generate_transactions(rows, seed=seed, scenario=scenario, fraud_rate=fraud_rate)  # type: ignore[arg-type]
+        frame = generate_transactions(rows, seed=seed, scenario=scenario, fraud_rate=fraud_rate,  # type: ignore[arg-type]
+                                      contract=contract)
         out.parent.mkdir(parents=True, exist_ok=True)
         if out.suffix == ".csv":
             frame.to_csv(out, index=False)
