@@ -140,7 +140,7 @@ def raise_for_failures(report: ValidationReport) -> None:
 
 
 def log_validation_to_mlflow(report: ValidationReport, run_id: str) -> None:
-    """Attach both report files under ``validation/`` and ``validation_success`` (1/0) to a run."""
+    """Attach both report files under ``validation/``, ``validation_success`` (1/0) and the count of expectations."""
     from mlflow.tracking import MlflowClient  # deferred: mlflow is slow to import
 
     client = MlflowClient()
@@ -148,6 +148,7 @@ def log_validation_to_mlflow(report: ValidationReport, run_id: str) -> None:
     for name in (JSON_NAME, HTML_NAME):
         client.log_artifact(run_id, str(report_dir / name), artifact_path="validation")
     client.log_metric(run_id, "validation_success", 1.0 if report.success else 0.0)
+    client.log_metric(run_id, "validation_expectations", float(len(report.results)))
 
 
 def _run_suite(frame: pd.DataFrame, plan: list[tuple[str, dict[str, Any]]]) -> list[ExpectationOutcome]:

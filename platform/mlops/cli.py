@@ -33,8 +33,12 @@ def _error_exit(message: str, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
-def _fail(exc: MLOpsError) -> NoReturn:
-    _error_exit(exc.message, exc.exit_code)
+def _fail(exc: MLOpsError, *, see: Path | None = None) -> NoReturn:
+    """One line naming the error; a second naming the file with the details, when there is one."""
+    err_console.print(f"[bold red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
+    if see is not None and see.exists():
+        err_console.print(f"details: {see}", highlight=False, soft_wrap=True)
+    raise typer.Exit(exc.exit_code)
 
 
 def _settings() -> Settings:
@@ -114,17 +118,39 @@ def compile_command(
 def run_command(
     source: Annotated[str, typer.Argument(help="CSV/Parquet path or URL of raw transactions.")],
     run_name: Annotated[str, typer.Option(help="MLflow run name (default: timestamped).")] = "",
+    verbose: Annotated[bool, typer.Option(help="Stream every step's logs here instead of only to the log file.")]
+    = False,
 ) -> None:
-    """Run the compiled pipeline locally with kfp.local."""
-    from pipelines.runner import run_pipeline
+    """Run the compiled pipeline locally with kfp.local: one line per step, the steps' logs in a file."""
+    import time
+
+    from mlops.preflight import check_source, check_tracking_server
 
     settings = _settings()
-    try:
-        outcome = run_pipeline(source, settings, run_name=run_name or None)
+    try:  # refused before kfp, pandas and MLflow are even imported
+        check_source(source)
+        check_tracking_server(settings.resolved_tracking_uri)
     except MLOpsError as exc:
         _fail(exc)
-    console.print(f"run {outcome.run_name} ({outcome.run_id}): registered version {outcome.version}, "
-                  f"decision [bold]{outcome.decision}[/]; serving alias -> version {outcome.production_version}")
+    from pipelines.progress import StepReport
+    from pipelines.runner import new_run_name, run_log_path, run_pipeline
+
+    name = run_name or new_run_name()
+    logs = run_log_path(settings, name)
+    if not verbose:
+        console.print(f"pipeline run {name}; step logs in {logs}", highlight=False)
+
+    def show(step: StepReport) -> None:
+        console.print(step.line, highlight=False)
+
+    started = time.monotonic()
+    try:
+        outcome = run_pipeline(source, settings, run_name=name, verbose=verbose, on_step=show)
+    except MLOpsError as exc:
+        _fail(exc, see=logs)
+    console.print(f"done in {time.monotonic() - started:.0f} s: registered version {outcome.version}, "
+                  f"decision [bold]{outcome.decision}[/]; serving alias -> version {outcome.production_version}",
+                  highlight=False)
 
 
 @model_app.command("list")

@@ -224,6 +224,8 @@ def test_log_validation_to_mlflow(
 
     logged = sorted(a.path for a in client.list_artifacts(run_id, "validation"))
     assert logged == [f"validation/{HTML_NAME}", f"validation/{JSON_NAME}"]
-    assert client.get_run(run_id).data.metrics["validation_success"] == 1.0
+    metrics = client.get_run(run_id).data.metrics
+    assert metrics["validation_success"] == 1.0
+    assert metrics["validation_expectations"] == len(suite_plan(contract))
     local = Path(client.download_artifacts(run_id, f"validation/{JSON_NAME}", str(tmp_path / "dl")))
     assert json.loads(local.read_text())["success"] is True

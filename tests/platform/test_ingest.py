@@ -19,7 +19,7 @@ import pytest
 
 from mlops.contract import DataContract
 from mlops.data.generator import generate_transactions
-from mlops.data.ingest import Snapshot, check_source, ingest
+from mlops.data.ingest import Snapshot, ingest
 from mlops.errors import IngestError, InputError
 
 
@@ -290,19 +290,6 @@ def test_spellings_the_contract_does_not_list_stay_as_given(tmp_path: Path, fram
     booleans.to_parquet(source, index=False)
     stored = pd.read_parquet(ingest(str(source), tmp_path / "snapshots", strict).path)
     assert stored["is_fraud"].dtype == bool  # validation's int type check names it
-
-
-def test_check_source_refuses_missing_local_files_and_unknown_formats(tmp_path: Path) -> None:
-    present = tmp_path / "tx.csv"
-    present.write_text("a\n1\n")
-    check_source(str(present))
-    check_source(present.as_uri())
-    check_source("https://example.org/tx.csv")  # remote: only ingest can tell
-    for missing in (str(tmp_path / "nope.csv"), (tmp_path / "nope.csv").as_uri()):
-        with pytest.raises(IngestError, match="source not found"):
-            check_source(missing)
-    with pytest.raises(IngestError, match="cannot tell the format"):
-        check_source(str(tmp_path / "tx.json"))
 
 
 def test_refused_connection_is_named_not_reported_as_missing(tmp_path: Path, contract: DataContract) -> None:

@@ -15,17 +15,16 @@ import io
 import json
 import logging
 import os
-import socket
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import fsspec
 import pandas as pd
 
 from mlops.contract import DataContract
 from mlops.errors import IngestError
+from mlops.preflight import connection_failure, source_format
 
 log = logging.getLogger(__name__)
 _READ_ONLY = 0o444
@@ -48,7 +47,7 @@ class Snapshot:
 
 def ingest(source: str, snapshots_dir: Path, contract: DataContract) -> Snapshot:
     """Snapshot ``source``; returns the snapshot (an existing one when the bytes were seen before)."""
-    fmt = _format_of(source)
+    fmt = source_format(source)
     payload = _read_bytes(source)
     digest = hashlib.sha256(payload).hexdigest()
     target = snapshots_dir / digest / "data.parquet"
@@ -68,48 +67,18 @@ def ingest(source: str, snapshots_dir: Path, contract: DataContract) -> Snapshot
     return snapshot
 
 
-def check_source(source: str) -> None:
-    """Refuse, in milliseconds, a source that cannot work: an unknown format or a missing local file."""
-    _format_of(source)
-    parts = urlsplit(source)
-    if parts.scheme in ("", "file") and not Path(parts.path if parts.scheme else source).expanduser().is_file():
-        raise IngestError(f"source not found: {source}", field="source")
-
-
 def _read_bytes(source: str) -> bytes:
     try:
         with fsspec.open(source, "rb") as handle:
             data: bytes = handle.read()
     except FileNotFoundError as exc:
-        unreachable = _connection_failure(exc)
+        unreachable = connection_failure(exc)
         if unreachable:
             raise IngestError(f"cannot read source {source}: {unreachable}", field="source") from exc
         raise IngestError(f"source not found: {source}", field="source") from exc
     except (OSError, ValueError, ImportError) as exc:
-        raise IngestError(f"cannot read source {source}: {_connection_failure(exc) or exc}", field="source") from exc
+        raise IngestError(f"cannot read source {source}: {connection_failure(exc) or exc}", field="source") from exc
     return data
-
-
-def _connection_failure(exc: BaseException) -> str | None:
-    """The failed connection behind ``exc``, if any: fsspec's HTTP layer reports one as "not found"."""
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(cause, socket.gaierror):
-            return f"cannot resolve the host ({cause.strerror})"
-        if isinstance(cause, (ConnectionError, TimeoutError)):
-            return f"connection failed ({cause})"
-        cause = cause.__cause__ or cause.__context__
-    return None
-
-
-def _format_of(source: str) -> str:
-    name = source.lower().split("?", 1)[0]
-    for suffix, fmt in ((".parquet", "parquet"), (".pq", "parquet"), (".csv", "csv"), (".csv.gz", "csv")):
-        if name.endswith(suffix):
-            return fmt
-    raise IngestError(f"cannot tell the format of {source}: use a .csv or .parquet name", field="source")
 
 
 def _parse(payload: bytes, source: str, fmt: str, contract: DataContract) -> pd.DataFrame:
