@@ -137,8 +137,7 @@ def run_command(
 
     name = run_name or new_run_name()
     logs = run_log_path(settings, name)
-    if not verbose:
-        console.print(f"pipeline run {name}; step logs in {logs}", highlight=False)
+    console.print(f"pipeline run {name}; step logs in {logs}", highlight=False)
 
     def show(step: StepReport) -> None:
         console.print(step.line, highlight=False)

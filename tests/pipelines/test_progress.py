@@ -61,6 +61,14 @@ def test_captured_output_goes_to_the_log_and_step_reports_to_the_terminal(
     assert root.handlers == handlers_before
 
 
+def test_verbose_streams_to_the_terminal_as_well(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log_path = tmp_path / "run.log"
+    with captured_run_output(log_path, verbose=True, on_step=lambda step: None):
+        print("a step streams")
+    assert capsys.readouterr().out == "a step streams\n"
+    assert log_path.read_text() == "a step streams\n"
+
+
 @dsl.component(base_image="python:3.11")  # type: ignore[untyped-decorator]  # kfp is untyped
 def _shout(word: str) -> str:
     print(f"shouting {word}")
