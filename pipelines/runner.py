@@ -10,6 +10,7 @@ MLflow server that does not answer. The steps' streamed logs go to one log file 
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,6 +28,8 @@ from pipelines.progress import ANSI_ESCAPE, StepReport, captured_run_output, key
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -85,11 +88,16 @@ def run_pipeline(source: str, settings: Settings, *, package: Path = COMPILED_PI
     settings.kfp_root.mkdir(parents=True, exist_ok=True)
 
     def report(step: StepReport) -> None:
-        if on_step is not None:
+        if on_step is None:
+            return
+        figure = ""
+        try:
             run = _find_run(settings, run_name)
-            data = run.data if run is not None else None
-            figure = key_figure(step.step, data.params, data.metrics, data.tags) if data is not None else ""
-            on_step(replace(step, figure=figure))
+            if run is not None:
+                figure = key_figure(step.step, run.data.params, run.data.metrics, run.data.tags)
+        except Exception:  # a missing headline is never worth failing a run for (logged with exc_info)
+            log.warning("no headline for step %s", step.step, exc_info=True)
+        on_step(replace(step, figure=figure))
 
     with _environment(settings_env(settings)), captured_run_output(run_log_path(settings, run_name), verbose=verbose,
                                                                     on_step=report):

@@ -132,22 +132,19 @@ def run_command(
         check_tracking_server(settings.resolved_tracking_uri)
     except MLOpsError as exc:
         _fail(exc)
-    from pipelines.progress import StepReport
     from pipelines.runner import new_run_name, run_log_path, run_pipeline
 
     name = run_name or new_run_name()
     logs = run_log_path(settings, name)
     console.print(f"pipeline run {name}; step logs in {logs}", highlight=False)
-
-    def show(step: StepReport) -> None:
-        console.print(step.line, highlight=False)
-
     started = time.monotonic()
     try:
-        outcome = run_pipeline(source, settings, run_name=name, verbose=verbose, on_step=show)
+        outcome = run_pipeline(source, settings, run_name=name, verbose=verbose,
+                               on_step=lambda step: console.print(step.line, highlight=False))
     except MLOpsError as exc:
         _fail(exc, see=logs)
-    console.print(f"done in {time.monotonic() - started:.0f} s: registered version {outcome.version}, "
+    console.print(f"done in {time.monotonic() - started:.0f} s: MLflow run {outcome.run_id}, "
+                  f"registered version {outcome.version}, "
                   f"decision [bold]{outcome.decision}[/]; serving alias -> version {outcome.production_version}",
                   highlight=False)
 
