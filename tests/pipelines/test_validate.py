@@ -229,3 +229,19 @@ def test_log_validation_to_mlflow(
     assert metrics["validation_expectations"] == len(suite_plan(contract))
     local = Path(client.download_artifacts(run_id, f"validation/{JSON_NAME}", str(tmp_path / "dl")))
     assert json.loads(local.read_text())["success"] is True
+
+
+def test_true_false_labels_pass_only_by_the_contract_rule(
+    contract: DataContract, clean: pd.DataFrame, tmp_path: Path
+) -> None:
+    source = tmp_path / "labels.csv"
+    clean.assign(is_fraud=clean["is_fraud"].map({1: "True", 0: "False"})).to_csv(source, index=False)
+    snapshot = ingest(str(source), tmp_path / "snapshots", contract)
+    assert validate_snapshot(snapshot.path, contract, tmp_path / "with-rule").success
+    without_rule = contract.model_copy(update={"columns": tuple(
+        c.model_copy(update={"true_values": (), "false_values": ()}) if c.name == "is_fraud" else c
+        for c in contract.columns)})
+    snapshot = ingest(str(source), tmp_path / "snapshots-without-rule", without_rule)
+    with pytest.raises(DataValidationError) as info:
+        validate_snapshot(snapshot.path, without_rule, tmp_path / "without-rule")
+    assert info.value.failed == ["expect_column_values_to_be_in_type_list(column=is_fraud)"]
