@@ -22,7 +22,7 @@ from mlops.data.generator import generate_transactions
 from mlops.errors import MLOpsError
 from mlops.online_features import materialize_online
 from mlops.settings import Settings
-from pipelines.runner import run_pipeline, settings_env
+from pipelines.runner import new_run_name, run_log_path, run_pipeline, settings_env
 from pipelines.steps.preprocess import time_split
 
 SAMPLES_PER_CLASS = 4
@@ -91,11 +91,14 @@ def run_demo(settings: Settings, rows: int, console: Console) -> None:
     data_path = demo_dir / f"transactions-{rows}-seed{settings.seed}.parquet"
     started = time.monotonic()
     with console.status(f"[1/4] generating {rows:,} transactions"):
-        frame = generate_transactions(rows, seed=settings.seed)
+        frame = generate_transactions(rows, seed=settings.seed, contract=contract)
         frame.to_parquet(data_path, index=False)
     console.print(f"[1/4] {rows:,} transactions ({frame[contract.label_column].mean():.2%} fraud) -> {data_path}")
-    console.print("[2/4] running the training pipeline (kfp.local; each step logs below)")
-    outcome = run_pipeline(str(data_path), settings)
+    run_name = new_run_name()
+    console.print(f"[2/4] running the training pipeline (kfp.local; step logs in {run_log_path(settings, run_name)})",
+                  highlight=False)
+    outcome = run_pipeline(str(data_path), settings, run_name=run_name,
+                           on_step=lambda step: console.print(f"      {step.line}", highlight=False))
     verdict = {"promote": "promoted", "reject": "registered, not promoted"}.get(outcome.decision, outcome.decision)
     console.print(f"[2/4] pipeline done: version {outcome.version} {verdict}; "
                   f"production is version {outcome.production_version}")

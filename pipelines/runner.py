@@ -3,22 +3,34 @@
 The IR YAML that Kubeflow Pipelines would run is loaded and executed here, each step in a
 subprocess of the current environment. Settings reach the steps as MLOPS_* variables; when a
 step fails, the pipeline's MLflow run says which step and why, and that is what is raised.
+What cannot work is refused before kfp starts: a missing local source, an unknown format, an
+MLflow server that does not answer. The steps' streamed logs go to one log file per run
+(:mod:`pipelines.progress`); the caller gets one report per finished step.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mlops import registry
 from mlops.errors import PipelineError
+from mlops.preflight import check_source, check_tracking_server
 from mlops.settings import Settings
 from pipelines.pipeline import COMPILED_PIPELINE
+from pipelines.progress import ANSI_ESCAPE, StepReport, captured_run_output, key_figure
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -52,20 +64,51 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ[key] = old
 
 
+def new_run_name() -> str:
+    return f"fraud-training-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
+
+
+def run_log_path(settings: Settings, run_name: str) -> Path:
+    """Where a local run's streamed step logs and library logs go."""
+    return settings.logs_dir / f"{run_name}.log"
+
+
 def run_pipeline(source: str, settings: Settings, *, package: Path = COMPILED_PIPELINE,
-                 run_name: str | None = None) -> PipelineOutcome:
-    """Execute ``package`` on ``source``; raises PipelineError naming the failed step."""
+                 run_name: str | None = None, verbose: bool = False,
+                 on_step: Callable[[StepReport], None] | None = None) -> PipelineOutcome:
+    """Execute ``package`` on ``source``; raises PipelineError naming the failed step.
+
+    Streamed logs go to :func:`run_log_path` (and to stdout too when ``verbose``); ``on_step`` gets
+    each finished step with its duration and headline.
+    """
+    check_source(source)
+    check_tracking_server(settings.resolved_tracking_uri)
     from kfp import components, local
 
-    run_name = run_name or f"fraud-training-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
+    run_name = run_name or new_run_name()
     settings.kfp_root.mkdir(parents=True, exist_ok=True)
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(settings.kfp_root),
-               raise_on_error=True)
-    pipeline = components.load_component_from_file(str(package))
-    with _environment(settings_env(settings)), warnings.catch_warnings():
+
+    def report(step: StepReport) -> None:
+        if on_step is None:
+            return
+        figure = ""
+        try:
+            run = _find_run(settings, run_name)
+            if run is not None:
+                figure = key_figure(step.step, run.data.params, run.data.metrics, run.data.tags)
+        except Exception:  # a missing headline is never worth failing a run for (logged with exc_info)
+            log.warning("no headline for step %s", step.step, exc_info=True)
+        on_step(replace(step, figure=figure))
+
+    log_path = run_log_path(settings, run_name)
+    with _environment(settings_env(settings)), captured_run_output(log_path, verbose=verbose, on_step=report), \
+            warnings.catch_warnings():
         # The train task's GPU settings (pipelines/cluster.py) are for Kubeflow; locally they are moot.
         warnings.filterwarnings("ignore", message=r"Task '.*': settings .* have no effect in the current local runner",
                                 category=UserWarning)
+        local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(settings.kfp_root),
+                   raise_on_error=True)
+        pipeline = components.load_component_from_file(str(package))
         try:
             pipeline(source=source, run_name=run_name)
         except RuntimeError as exc:
@@ -73,30 +116,31 @@ def run_pipeline(source: str, settings: Settings, *, package: Path = COMPILED_PI
     return _outcome(settings, run_name)
 
 
-def _find_run(settings: Settings, run_name: str) -> dict[str, str] | None:
+def _find_run(settings: Settings, run_name: str) -> Run | None:
+    """The pipeline's MLflow run by name, or None."""
     mlflow_client = registry.client(settings)
     experiment = mlflow_client.get_experiment_by_name(settings.experiment)
     if experiment is None:
         return None
     runs = mlflow_client.search_runs([experiment.experiment_id],
                                      filter_string=f"attributes.run_name = '{run_name}'", max_results=1)
-    if not runs:
-        return None
-    return {"run_id": runs[0].info.run_id, **runs[0].data.tags}
+    return runs[0] if runs else None
 
 
 def _failure(settings: Settings, run_name: str, exc: RuntimeError) -> PipelineError:
     run = _find_run(settings, run_name)
-    if run and "failed_step" in run:
-        step = run["failed_step"]
-        return PipelineError(f"pipeline stopped at {step}: {run.get('failure_reason', exc)}", step=step)
-    return PipelineError(f"pipeline failed: {exc}")
+    tags = run.data.tags if run is not None else {}
+    if "failed_step" in tags:
+        step = tags["failed_step"]
+        return PipelineError(f"pipeline stopped at {step}: {tags.get('failure_reason', exc)}", step=step)
+    return PipelineError(f"pipeline failed: {ANSI_ESCAPE.sub('', str(exc))}")
 
 
 def _outcome(settings: Settings, run_name: str) -> PipelineOutcome:
     run = _find_run(settings, run_name)
     if run is None:
         raise PipelineError(f"pipeline finished but MLflow has no run named {run_name}")
-    return PipelineOutcome(run_name=run_name, run_id=run["run_id"], decision=run.get("decision", "unknown"),
-                           version=run.get("registered_version"),
+    tags = run.data.tags
+    return PipelineOutcome(run_name=run_name, run_id=run.info.run_id, decision=tags.get("decision", "unknown"),
+                           version=tags.get("registered_version"),
                            production_version=registry.alias_version(settings))

@@ -38,6 +38,11 @@ _TYPE_CHECKS: dict[Dtype, tuple[str, dict[str, Any]]] = {
     "datetime": ("expect_column_values_to_be_of_type", {"type_": "Timestamp"}),
 }
 _OBSERVED_MAX_CHARS = 200
+# A unique column is judged on the distinct rows: an exact duplicate row is one finding (duplicate
+# rows), an id shared by rows that differ another (reused id), never both for the same rows.
+_UNIQUE = "expect_column_values_to_be_unique"
+_NO_DUPLICATE_ROWS = "expect_compound_columns_to_be_unique"
+_UNEXPECTED_ROWS = {_UNIQUE: "rows reuse an id of a different row", _NO_DUPLICATE_ROWS: "rows are exact duplicates"}
 
 
 class ExpectationOutcome(BaseModel):
@@ -88,6 +93,10 @@ def suite_plan(contract: DataContract) -> list[tuple[str, dict[str, Any]]]:
             plan.append(("expect_column_values_to_be_in_set",
                          {"column": name, "value_set": list(col.categories),
                           "mostly": 1.0 - contract.unknown_category_tolerance}))
+        if col.unique:
+            plan.append((_UNIQUE, {"column": name}))
+    if not contract.allow_duplicate_rows:
+        plan.append((_NO_DUPLICATE_ROWS, {"column_list": [c.name for c in contract.columns]}))
     plan.append(("expect_column_mean_to_be_between",
                  {"column": contract.label_column, "min_value": contract.label_rate.min,
                   "max_value": contract.label_rate.max}))
@@ -131,7 +140,7 @@ def raise_for_failures(report: ValidationReport) -> None:
 
 
 def log_validation_to_mlflow(report: ValidationReport, run_id: str) -> None:
-    """Attach both report files under ``validation/`` and ``validation_success`` (1/0) to a run."""
+    """Attach both report files under ``validation/``, ``validation_success`` (1/0) and the count of expectations."""
     from mlflow.tracking import MlflowClient  # deferred: mlflow is slow to import
 
     client = MlflowClient()
@@ -139,6 +148,7 @@ def log_validation_to_mlflow(report: ValidationReport, run_id: str) -> None:
     for name in (JSON_NAME, HTML_NAME):
         client.log_artifact(run_id, str(report_dir / name), artifact_path="validation")
     client.log_metric(run_id, "validation_success", 1.0 if report.success else 0.0)
+    client.log_metric(run_id, "validation_expectations", float(len(report.results)))
 
 
 def _run_suite(frame: pd.DataFrame, plan: list[tuple[str, dict[str, Any]]]) -> list[ExpectationOutcome]:
@@ -146,24 +156,18 @@ def _run_suite(frame: pd.DataFrame, plan: list[tuple[str, dict[str, Any]]]) -> l
     os.environ["GX_ANALYTICS_ENABLED"] = "False"
     import great_expectations as gx  # deferred: takes seconds to import
     from great_expectations.data_context.types.base import ProgressBarsConfig
-    from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
 
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)  # no tqdm noise in logs
-    batch_definition = (
-        context.data_sources.add_pandas("snapshot")
-        .add_dataframe_asset("snapshot")
-        .add_batch_definition_whole_dataframe("whole")
-    )
-    suite = gx.ExpectationSuite(name="data-contract")
-    for kind, kwargs in plan:
-        suite.add_expectation(ExpectationConfiguration(type=kind, kwargs=kwargs).to_domain_obj())
-    # GX records an expectation on a missing column as a failed result carrying the exception, so
-    # the run goes on and the missing column is reported next to expect_column_to_exist.
-    result = batch_definition.get_batch(batch_parameters={"dataframe": frame}).validate(suite)
+    source = context.data_sources.add_pandas("snapshot")
+    on_distinct = [(kind, kwargs) for kind, kwargs in plan if kind == _UNIQUE]
+    on_all = [(kind, kwargs) for kind, kwargs in plan if kind != _UNIQUE]
+    results = _validate(source, "all_rows", frame, on_all)
+    if on_distinct:
+        results += _validate(source, "distinct_rows", frame.drop_duplicates(), on_distinct)
     order = {(kind, kwargs.get("column")): i for i, (kind, kwargs) in enumerate(plan)}
     outcomes = []
-    for r in result.results:
+    for r in results:
         config = r.expectation_config
         assert config is not None  # GX attaches the configuration to every suite result
         outcomes.append(ExpectationOutcome(
@@ -175,13 +179,28 @@ def _run_suite(frame: pd.DataFrame, plan: list[tuple[str, dict[str, Any]]]) -> l
     return sorted(outcomes, key=lambda o: order[(o.expectation, o.column)])
 
 
+def _validate(source: Any, name: str, frame: pd.DataFrame, plan: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+    """Results of ``plan`` on ``frame`` as the data asset ``name`` of the pandas source."""
+    import great_expectations as gx
+    from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
+
+    batch_definition = source.add_dataframe_asset(name).add_batch_definition_whole_dataframe("whole")
+    suite = gx.ExpectationSuite(name=f"data-contract-{name}")
+    for kind, kwargs in plan:
+        suite.add_expectation(ExpectationConfiguration(type=kind, kwargs=kwargs).to_domain_obj())
+    # GX records an expectation on a missing column as a failed result carrying the exception, so
+    # the run goes on and the missing column is reported next to expect_column_to_exist.
+    result = batch_definition.get_batch(batch_parameters={"dataframe": frame}).validate(suite)
+    return list(result.results)
+
+
 def _observed(kind: str, success: bool, result: Mapping[str, Any], exception_info: Mapping[str, Any]) -> str:
     if kind == "expect_column_to_exist":  # GX reports nothing for it; say which way it went
         return "present" if success else "missing"
     if "observed_value" in result:
         text = _short(result["observed_value"])
     elif result.get("unexpected_count") is not None:
-        text = f"{result['unexpected_count']} unexpected"
+        text = f"{result['unexpected_count']} {_UNEXPECTED_ROWS.get(kind, 'unexpected')}"
         if result.get("unexpected_percent") is not None:
             text += f" ({result['unexpected_percent']:.3g}%)"
         sample = list(dict.fromkeys(map(_short, result.get("partial_unexpected_list") or [])))
@@ -201,6 +220,9 @@ def _exception_message(info: Mapping[str, Any]) -> str:
 
 
 def _short(value: Any) -> str:
+    if isinstance(value, Mapping) and value:  # a whole row (duplicate rows): its first column names it
+        key, first = next(iter(value.items()))
+        return f"{key}={first}"
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 

@@ -36,8 +36,12 @@ def _error_exit(message: str, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
-def _fail(exc: MLOpsError) -> NoReturn:
-    _error_exit(exc.message, exc.exit_code)
+def _fail(exc: MLOpsError, *, see: Path | None = None) -> NoReturn:
+    """One line naming the error; a second naming the file with the details, when there is one."""
+    err_console.print(f"[bold red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
+    if see is not None and see.exists():
+        err_console.print(f"details: {see}", highlight=False, soft_wrap=True)
+    raise typer.Exit(exc.exit_code)
 
 
 def _settings() -> Settings:
@@ -54,18 +58,24 @@ def generate(
     out: Annotated[Path, typer.Option(help="Where to write the data (.parquet or .csv).")],
     rows: Annotated[int, typer.Option(min=100, help="Number of transactions.")] = 60_000,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 42,
-    scenario: Annotated[str, typer.Option(help="Drift scenario (none, amount_inflation, ...).")] = "none",
+    scenario: Annotated[str, typer.Option(help="none, a drift (amount_inflation, ...), night_fraud.")] = "none",
     fraud_rate: Annotated[float, typer.Option(min=0.001, max=0.2, help="Share of fraud.")] = 0.015,
 ) -> None:
-    """Write seeded synthetic card transactions."""
+    """Write seeded synthetic card transactions (columns, categories and ranges from the contract)."""
+    from mlops.contract import load_contract
     from mlops.data.generator import SCENARIOS, generate_transactions
 
     if scenario not in SCENARIOS:
         _error_exit(f"unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}", 2)
     if out.suffix not in {".parquet", ".csv"}:
         _error_exit(f"--out must end in .parquet or .csv, got {out.name!r}", 2)
+    try:
+        contract = load_contract(_settings().contract_path)
+    except MLOpsError as exc:
+        _fail(exc)
     with console.status(f"generating {rows:,} transactions"):
-        frame = generate_transactions(rows, seed=seed, scenario=scenario, fraud_rate=fraud_rate)  # type: ignore[arg-type]
+        frame = generate_transactions(rows, seed=seed, scenario=scenario, fraud_rate=fraud_rate,  # type: ignore[arg-type]
+                                      contract=contract)
         out.parent.mkdir(parents=True, exist_ok=True)
         if out.suffix == ".csv":
             frame.to_csv(out, index=False)
@@ -111,17 +121,35 @@ def compile_command(
 def run_command(
     source: Annotated[str, typer.Argument(help="CSV/Parquet path or URL of raw transactions.")],
     run_name: Annotated[str, typer.Option(help="MLflow run name (default: timestamped).")] = "",
+    verbose: Annotated[bool, typer.Option(help="Stream every step's logs here instead of only to the log file.")]
+    = False,
 ) -> None:
-    """Run the compiled pipeline locally with kfp.local."""
-    from pipelines.runner import run_pipeline
+    """Run the compiled pipeline locally with kfp.local: one line per step, the steps' logs in a file."""
+    import time
+
+    from mlops.preflight import check_source, check_tracking_server
 
     settings = _settings()
-    try:
-        outcome = run_pipeline(source, settings, run_name=run_name or None)
+    try:  # refused before kfp, pandas and MLflow are even imported
+        check_source(source)
+        check_tracking_server(settings.resolved_tracking_uri)
     except MLOpsError as exc:
         _fail(exc)
-    console.print(f"run {outcome.run_name} ({outcome.run_id}): registered version {outcome.version}, "
-                  f"decision [bold]{outcome.decision}[/]; serving alias -> version {outcome.production_version}")
+    from pipelines.runner import new_run_name, run_log_path, run_pipeline
+
+    name = run_name or new_run_name()
+    logs = run_log_path(settings, name)
+    console.print(f"pipeline run {name}; step logs in {logs}", highlight=False)
+    started = time.monotonic()
+    try:
+        outcome = run_pipeline(source, settings, run_name=name, verbose=verbose,
+                               on_step=lambda step: console.print(step.line, highlight=False))
+    except MLOpsError as exc:
+        _fail(exc, see=logs)
+    console.print(f"done in {time.monotonic() - started:.0f} s: MLflow run {outcome.run_id}, "
+                  f"registered version {outcome.version}, "
+                  f"decision [bold]{outcome.decision}[/]; serving alias -> version {outcome.production_version}",
+                  highlight=False)
 
 
 def _parse_time(value: str | None, option: str) -> datetime:

@@ -34,6 +34,13 @@ class Column(_Strict):
     min: float | None = None
     max: float | None = None
     categories: tuple[str, ...] | None = None
+    # Every value differs from every other (an id column). Exact duplicate rows are their own
+    # finding (DataContract.allow_duplicate_rows), so only rows that differ count as a reuse.
+    unique: bool = False
+    # Spellings a source may use for 1 and 0 in a 0/1 int column (compared case-insensitively);
+    # ingest maps them. Without them, a column of true/false breaks the int type check.
+    true_values: tuple[str, ...] = ()
+    false_values: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> Column:
@@ -41,6 +48,14 @@ class Column(_Strict):
             raise ValueError(f"column {self.name!r}: min {self.min} is greater than max {self.max}")
         if (self.dtype == "category") != (self.categories is not None):
             raise ValueError(f"column {self.name!r}: categories are required for, and only for, dtype 'category'")
+        if self.true_values or self.false_values:
+            if not (self.dtype == "int" and self.min == 0 and self.max == 1):
+                raise ValueError(f"column {self.name!r}: true_values/false_values need dtype int with min 0, max 1")
+            if not (self.true_values and self.false_values):
+                raise ValueError(f"column {self.name!r}: give both true_values and false_values")
+            both = sorted({v.lower() for v in self.true_values} & {v.lower() for v in self.false_values})
+            if both:
+                raise ValueError(f"column {self.name!r}: spellings listed as both true and false: {both}")
         return self
 
 
@@ -138,6 +153,8 @@ class DataContract(_Strict):
     min_rows: int = Field(ge=1)
     label_rate: LabelRate
     unknown_category_tolerance: float = Field(ge=0, lt=1)
+    # Rows identical in every column (a file appended twice, a replayed batch) double-count events.
+    allow_duplicate_rows: bool = False
     feature_views: tuple[FeatureViewSpec, ...]
     time_features: tuple[TimeFeature, ...] = ()
     model_inputs: ModelInputs

@@ -70,5 +70,10 @@ class Settings(BaseSettings):
         return self.resolved_home / "runs"
 
     @property
+    def logs_dir(self) -> Path:
+        """One log file per local pipeline run: every step's streamed output and the libraries' logs."""
+        return self.resolved_home / "logs"
+
+    @property
     def kfp_root(self) -> Path:
         return self.resolved_home / "kfp"

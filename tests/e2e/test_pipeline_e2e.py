@@ -30,7 +30,8 @@ from mlops.online_features import materialize_online
 from mlops.prediction_log import log_dir, read_predictions
 from mlops.settings import Settings
 from pipelines.demo import free_port, replay_start, request_body, start_service, wait_ready
-from pipelines.runner import PipelineOutcome, run_pipeline, settings_env
+from pipelines.progress import StepReport
+from pipelines.runner import PipelineOutcome, run_log_path, run_pipeline, settings_env
 from pipelines.steps.preprocess import time_split
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
@@ -45,6 +46,7 @@ class Platform:
     data: pd.DataFrame
     source: Path
     first: PipelineOutcome
+    first_steps: list[StepReport]
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +60,9 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
         source = home / "raw" / "transactions.parquet"
         source.parent.mkdir()
         data.to_parquet(source, index=False)
-        first = run_pipeline(str(source), settings, run_name="first")
-        yield Platform(settings, contract, data, source, first)
+        steps: list[StepReport] = []
+        first = run_pipeline(str(source), settings, run_name="first", on_step=steps.append)
+        yield Platform(settings, contract, data, source, first, steps)
 
 
 def _run_metrics(settings: Settings, run_id: str) -> dict[str, float]:
@@ -78,6 +81,18 @@ def test_first_run_registers_and_promotes(platform: Platform) -> None:
     tags = registry.client(platform.settings).get_model_version(platform.settings.model_name, "1").tags
     assert tags["decision"] == "promote"
     assert tags["deployed_at"]
+
+
+def test_first_run_reports_each_step_and_keeps_its_logs_in_a_file(platform: Platform) -> None:
+    steps = platform.first_steps
+    assert [s.step for s in steps] == ["ingest", "validate", "preprocess", "train", "evaluate", "deploy"]
+    assert all(s.succeeded and s.seconds > 0 and s.figure for s in steps), [s.line for s in steps]
+    assert steps[0].figure.startswith(f"{ROWS:,} rows, sha256 ")
+    assert steps[4].figure.endswith("-> promote")
+    log = run_log_path(platform.settings, "first").read_text()
+    assert "Executing task 'train'" in log
+    assert "validation passed" in log  # the steps' own log lines
+    assert "\x1b[" not in log
 
 
 def test_first_run_logs_provenance_metrics_and_pictures(platform: Platform) -> None:
@@ -200,10 +215,10 @@ def _null_customers(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def _amount_out_of_range(frame: pd.DataFrame) -> pd.DataFrame:
+def _reused_ids_and_duplicate_rows(frame: pd.DataFrame) -> pd.DataFrame:
     frame = frame.copy()
-    frame.loc[frame.index[:3], "amount"] = -50.0
-    return frame
+    frame.loc[frame.index[10:13], "transaction_id"] = frame["transaction_id"].iloc[9]
+    return pd.concat([frame, frame.iloc[100:105]], ignore_index=True)
 
 
 def _unknown_categories(frame: pd.DataFrame) -> pd.DataFrame:
@@ -213,17 +228,20 @@ def _unknown_categories(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 CORRUPTIONS = {
-    "missing column": (_drop_amount, "expect_column_to_exist(column=amount)"),
-    "nulls in required column": (_null_customers, "expect_column_values_to_not_be_null(column=customer_id)"),
-    "out-of-range amount": (_amount_out_of_range, "expect_column_values_to_be_between(column=amount)"),
-    "unknown category": (_unknown_categories, "expect_column_values_to_be_in_set(column=merchant_category)"),
-    "empty file": (None, "expect_table_row_count_to_be_between()"),
+    "missing column": (_drop_amount, ["expect_column_to_exist(column=amount)"]),
+    "nulls in required column": (_null_customers, ["expect_column_values_to_not_be_null(column=customer_id)"]),
+    # Two distinct findings from one file; out-of-range values are covered by the unit tests.
+    "reused ids and duplicate rows": (_reused_ids_and_duplicate_rows,
+                                      ["expect_column_values_to_be_unique(column=transaction_id)",
+                                       "expect_compound_columns_to_be_unique()"]),
+    "unknown category": (_unknown_categories, ["expect_column_values_to_be_in_set(column=merchant_category)"]),
+    "empty file": (None, ["expect_table_row_count_to_be_between()"]),
 }
 
 
 @pytest.mark.parametrize("case", list(CORRUPTIONS))
 def test_corrupted_data_stops_at_validate(platform: Platform, case: str) -> None:
-    corrupt, expectation = CORRUPTIONS[case]
+    corrupt, expectations = CORRUPTIONS[case]
     if corrupt is None:
         source = platform.source.with_name("empty.csv")
         source.write_text("")
@@ -231,10 +249,13 @@ def test_corrupted_data_stops_at_validate(platform: Platform, case: str) -> None
         source = platform.source.with_name(f"corrupt-{case.replace(' ', '-')}.csv")
         corrupt(platform.data).to_csv(source, index=False)
     versions_before = registry.list_versions(platform.settings)
+    steps: list[StepReport] = []
     with pytest.raises(PipelineError) as failure:
-        run_pipeline(str(source), platform.settings, run_name=f"corrupt-{case}")
+        run_pipeline(str(source), platform.settings, run_name=f"corrupt-{case}", on_step=steps.append)
     assert failure.value.step == "validate"
-    assert expectation in failure.value.message
+    assert [(s.step, s.succeeded) for s in steps] == [("ingest", True), ("validate", False)]
+    for expectation in expectations:
+        assert expectation in failure.value.message
     assert failure.value.message.endswith("validation.html)")
     assert registry.list_versions(platform.settings) == versions_before
     assert registry.alias_version(platform.settings) == platform.first.version

@@ -16,8 +16,8 @@ from sklearn.metrics import roc_auc_score
 from mlops.contract import DataContract
 from mlops.data.generator import generate_transactions
 from mlops.errors import TrainingError
-from mlops.inference import OnnxModel
 from mlops.features import replay_features
+from mlops.inference import OnnxModel
 from mlops.model import encode
 from mlops.settings import Settings
 from pipelines.steps.train import (

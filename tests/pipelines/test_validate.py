@@ -60,6 +60,19 @@ def _no_fraud(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def _exact_duplicates(df: pd.DataFrame) -> pd.DataFrame:
+    return pd.concat([df, df.iloc[100:104]], ignore_index=True)  # a batch appended twice
+
+
+def _reused_ids(df: pd.DataFrame) -> pd.DataFrame:
+    df.loc[df.index[200:203], "transaction_id"] = df["transaction_id"].iloc[199]  # different rows, one id
+    return df
+
+
+REUSED_IDS = "expect_column_values_to_be_unique(column=transaction_id)"
+DUPLICATE_ROWS = "expect_compound_columns_to_be_unique()"
+
+
 def test_valid_snapshot_passes_and_writes_report(
     contract: DataContract, clean: pd.DataFrame, tmp_path: Path
 ) -> None:
@@ -82,8 +95,11 @@ def test_valid_snapshot_passes_and_writes_report(
         (_amount_out_of_range, "expect_column_values_to_be_between(column=amount)"),
         (_casino_merchants, "expect_column_values_to_be_in_set(column=merchant_category)"),
         (_no_fraud, "expect_column_mean_to_be_between(column=is_fraud)"),
+        (_exact_duplicates, DUPLICATE_ROWS),
+        (_reused_ids, REUSED_IDS),
     ],
-    ids=["missing-column", "nulls", "out-of-range", "unknown-category", "label-rate"],
+    ids=["missing-column", "nulls", "out-of-range", "unknown-category", "label-rate", "duplicate-rows",
+         "reused-ids"],
 )
 def test_corrupted_snapshot_fails_naming_the_expectation(
     contract: DataContract,
@@ -113,12 +129,46 @@ def test_missing_column_does_not_crash_other_checks(
     with pytest.raises(DataValidationError) as info:
         validate_snapshot(_snapshot(_drop_amount(clean.copy()), tmp_path), contract, tmp_path / "r")
     # Every failure concerns the missing column; the rest of the suite still ran and passed.
-    assert all("column=amount" in f for f in info.value.failed)
     report = ValidationReport.model_validate_json(Path(str(info.value.report_path)).read_text())
+    assert all(r.column == "amount" or '"amount"' in r.observed for r in report.results if not r.success)
     between = next(r for r in report.results if r.expectation == "expect_column_values_to_be_between"
                    and r.column == "amount")
     assert "does not exist" in between.observed
     assert sum(r.success for r in report.results) == len(report.results) - len(info.value.failed)
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "finding", "observed"),
+    [(_exact_duplicates, DUPLICATE_ROWS, "8 rows are exact duplicates"),
+     (_reused_ids, REUSED_IDS, "4 rows reuse an id of a different row")],
+    ids=["duplicate-rows", "reused-ids"],
+)
+def test_duplicate_rows_and_reused_ids_are_distinct_findings(
+    contract: DataContract, clean: pd.DataFrame, tmp_path: Path,
+    corrupt: Callable[[pd.DataFrame], pd.DataFrame], finding: str, observed: str,
+) -> None:
+    with pytest.raises(DataValidationError) as info:
+        validate_snapshot(_snapshot(corrupt(clean.copy()), tmp_path), contract, tmp_path / "r")
+    assert info.value.failed == [finding]  # the other of the two stays quiet
+    report = ValidationReport.model_validate_json(Path(str(info.value.report_path)).read_text())
+    result = next(r for r in report.results if r.label == finding)
+    assert result.observed.startswith(observed)
+
+
+def test_both_kinds_of_duplicate_are_both_reported(
+    contract: DataContract, clean: pd.DataFrame, tmp_path: Path
+) -> None:
+    with pytest.raises(DataValidationError) as info:
+        validate_snapshot(_snapshot(_exact_duplicates(_reused_ids(clean.copy())), tmp_path), contract,
+                          tmp_path / "r")
+    assert info.value.failed == [REUSED_IDS, DUPLICATE_ROWS]
+
+
+def test_contract_may_allow_duplicate_rows(contract: DataContract, clean: pd.DataFrame, tmp_path: Path) -> None:
+    lenient = contract.model_copy(update={"allow_duplicate_rows": True})
+    assert all(kind != "expect_compound_columns_to_be_unique" for kind, _ in suite_plan(lenient))
+    report = validate_snapshot(_snapshot(_exact_duplicates(clean.copy()), tmp_path), lenient, tmp_path / "r")
+    assert report.success
 
 
 def test_empty_source_fails_on_row_count(contract: DataContract, tmp_path: Path) -> None:
@@ -174,6 +224,24 @@ def test_log_validation_to_mlflow(
 
     logged = sorted(a.path for a in client.list_artifacts(run_id, "validation"))
     assert logged == [f"validation/{HTML_NAME}", f"validation/{JSON_NAME}"]
-    assert client.get_run(run_id).data.metrics["validation_success"] == 1.0
+    metrics = client.get_run(run_id).data.metrics
+    assert metrics["validation_success"] == 1.0
+    assert metrics["validation_expectations"] == len(suite_plan(contract))
     local = Path(client.download_artifacts(run_id, f"validation/{JSON_NAME}", str(tmp_path / "dl")))
     assert json.loads(local.read_text())["success"] is True
+
+
+def test_true_false_labels_pass_only_by_the_contract_rule(
+    contract: DataContract, clean: pd.DataFrame, tmp_path: Path
+) -> None:
+    source = tmp_path / "labels.csv"
+    clean.assign(is_fraud=clean["is_fraud"].map({1: "True", 0: "False"})).to_csv(source, index=False)
+    snapshot = ingest(str(source), tmp_path / "snapshots", contract)
+    assert validate_snapshot(snapshot.path, contract, tmp_path / "with-rule").success
+    without_rule = contract.model_copy(update={"columns": tuple(
+        c.model_copy(update={"true_values": (), "false_values": ()}) if c.name == "is_fraud" else c
+        for c in contract.columns)})
+    snapshot = ingest(str(source), tmp_path / "snapshots-without-rule", without_rule)
+    with pytest.raises(DataValidationError) as info:
+        validate_snapshot(snapshot.path, without_rule, tmp_path / "without-rule")
+    assert info.value.failed == ["expect_column_values_to_be_in_type_list(column=is_fraud)"]

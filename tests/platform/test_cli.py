@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pandas as pd
@@ -67,7 +68,22 @@ def test_pipeline_compile_check_passes_on_committed_yaml() -> None:
     assert "is current" in result.output
 
 
-def test_pipeline_run_on_missing_source_stops_at_ingest_with_exit_2() -> None:
+def test_pipeline_run_refuses_a_missing_file_before_starting(tmp_path: Path) -> None:
     result = runner.invoke(app, ["pipeline", "run", "/nonexistent/tx.parquet"])
     assert result.exit_code == 2, result.output
-    assert "pipeline stopped at ingest: source not found: /nonexistent/tx.parquet" in " ".join(result.output.split())
+    assert " ".join(result.output.split()) == "error: source not found: /nonexistent/tx.parquet"
+    assert not (tmp_path / "home").exists()  # nothing started: no MLflow store, no kfp root, no log file
+
+
+def test_pipeline_run_names_a_refused_tracking_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = tmp_path / "tx.csv"
+    source.write_text("transaction_id\nT1\n")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        uri = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    monkeypatch.setenv("MLOPS_TRACKING_URI", uri)
+    result = runner.invoke(app, ["pipeline", "run", str(source)])
+    assert result.exit_code == 1, result.output
+    assert " ".join(result.output.split()) == f"error: cannot reach the MLflow tracking server at {uri}: " \
+                                              "connection refused"
+    assert "Traceback" not in result.output

@@ -198,6 +198,13 @@ def test_contract_is_frozen(contract: DataContract) -> None:
         (lambda raw: raw["columns"].append({"name": "amount", "dtype": "string"}), "declared more than once"),
         (lambda raw: raw["label_rate"].update({"min": 0.5, "max": 0.1}), "min 0.5 is greater than max 0.1"),
         (lambda raw: raw["columns"][4].update({"min": 10, "max": 1}), "min 10.0 is greater than max 1.0"),
+        (lambda raw: raw["columns"][4].update({"true_values": ["y"], "false_values": ["n"]}),
+         "column 'amount': true_values/false_values need dtype int with min 0, max 1"),
+        (lambda raw: raw["columns"][8].update({"false_values": []}), "give both true_values and false_values"),
+        (lambda raw: raw["columns"][8].update({"true_values": ["Yes"], "false_values": ["yes"]}),
+         r"listed as both true and false: \['yes'\]"),
+        # A bare YAML true is a boolean, not a spelling: the contract must quote it.
+        (lambda raw: raw["columns"][8].update({"true_values": [True]}), "Input should be a valid string"),
     ],
 )
 def test_inconsistent_contracts_are_rejected(
@@ -209,3 +216,11 @@ def test_inconsistent_contracts_are_rejected(
     path.write_text(yaml.safe_dump(raw))
     with pytest.raises(ConfigError, match=message):
         load_contract(path)
+
+
+def test_hygiene_rules_of_the_bundled_contract(contract: DataContract) -> None:
+    assert [c.name for c in contract.columns if c.unique] == [contract.id_column]
+    assert not contract.allow_duplicate_rows
+    label = contract.column(contract.label_column)
+    assert "true" in label.true_values
+    assert "false" in label.false_values

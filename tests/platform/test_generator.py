@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 from pandas.testing import assert_frame_equal, assert_series_equal
+from scipy.stats import ks_2samp
+from sklearn.ensemble import HistGradientBoostingClassifier
+from sklearn.metrics import average_precision_score
 
 from mlops.contract import DataContract
-from mlops.data.generator import RISKY_COUNTRIES, SCENARIOS, Scenario, generate_transactions
+from mlops.data.generator import NIGHT_HOURS, RISKY_COUNTRIES, SCENARIOS, Scenario, generate_transactions
 
 N = 20_000
 SEED = 3
@@ -143,3 +147,89 @@ def test_too_few_rows_raises_value_error() -> None:
 def test_impossible_fraud_rates_are_refused(rate: float, scenario: Scenario) -> None:
     with pytest.raises(ValueError, match="fraud rate"):
         generate_transactions(500, fraud_rate=rate, scenario=scenario)
+
+
+@pytest.fixture(scope="module")
+def night() -> pd.DataFrame:
+    frame: pd.DataFrame = generate_transactions(N, seed=SEED, scenario="night_fraud")
+    return frame
+
+
+def _at_night(frame: pd.DataFrame) -> pd.Series:
+    hour: pd.Series = frame["event_timestamp"].dt.hour
+    return hour.between(NIGHT_HOURS[0], NIGHT_HOURS[1], inclusive="left")
+
+
+def _share_gap(fraud: pd.Series, legit: pd.Series) -> float:
+    """Total variation distance between two categorical distributions."""
+    return float(0.5 * fraud.value_counts(normalize=True).sub(legit.value_counts(normalize=True), fill_value=0)
+                 .abs().sum())
+
+
+def test_night_fraud_happens_at_night_and_legit_use_by_day(night: pd.DataFrame, contract: DataContract) -> None:
+    fraud = night["is_fraud"] == 1
+    assert night["is_fraud"].mean() == pytest.approx(0.015, abs=0.001)
+    assert _at_night(night)[fraud].mean() > 0.85
+    assert _at_night(night)[~fraud].mean() < 0.03
+    assert list(night.columns) == [c.name for c in contract.columns]
+    assert night["event_timestamp"].is_monotonic_increasing
+
+
+def test_night_fraud_looks_like_everyday_spend(night: pd.DataFrame) -> None:
+    fraud, legit = night[night["is_fraud"] == 1], night[night["is_fraud"] == 0]
+    assert ks_2samp(fraud["amount"], legit["amount"]).statistic < 0.1
+    assert fraud["amount"].median() / legit["amount"].median() == pytest.approx(1.0, abs=0.15)
+    for column in ("merchant_category", "channel", "country"):
+        assert _share_gap(fraud[column], legit[column]) < 0.1, column
+    # Single transactions, not bursts: almost no fraud has another fraud on the card within the hour.
+    ordered = fraud.sort_values(["customer_id", "event_timestamp"])
+    gap = ordered.groupby("customer_id")["event_timestamp"].diff()
+    assert (gap <= pd.Timedelta(hours=1)).mean() < 0.02
+
+
+def test_night_fraud_is_learnable_only_from_the_hour(night: pd.DataFrame) -> None:
+    raw = pd.DataFrame({"amount": night["amount"], **{c: night[c].astype("category")
+                                                    for c in ("merchant_category", "channel", "country")}})
+    label = night["is_fraud"]
+    cut = int(len(night) * 0.7)
+
+    def test_pr_auc(features: pd.DataFrame) -> float:
+        model = HistGradientBoostingClassifier(categorical_features="from_dtype", max_iter=50, random_state=0)
+        model.fit(features.iloc[:cut], label.iloc[:cut])
+        return float(average_precision_score(label.iloc[cut:], model.predict_proba(features.iloc[cut:])[:, 1]))
+
+    blind = test_pr_auc(raw)
+    with_hour = test_pr_auc(raw.assign(hour=night["event_timestamp"].dt.hour))
+    base_rate = label.iloc[cut:].mean()
+    assert blind < 2 * base_rate
+    assert with_hour > 10 * base_rate
+    assert with_hour > 1.5 * blind
+
+
+def test_categories_and_ranges_come_from_the_contract(contract: DataContract) -> None:
+    def reshaped(name: str, **update: object) -> object:
+        return contract.column(name).model_copy(update=update)
+
+    changed = {
+        "merchant_category": reshaped("merchant_category", categories=("grocery", "fuel", "casino")),
+        "channel": reshaped("channel", categories=("pos", "online", "moto")),
+        "amount": reshaped("amount", min=1.0, max=120.0),
+    }
+    narrow = contract.model_copy(update={"columns": tuple(changed.get(c.name, c) for c in contract.columns)})
+    frame = generate_transactions(5_000, seed=2, contract=narrow)
+    assert set(frame["merchant_category"]) == {"grocery", "fuel", "casino"}
+    assert set(frame["channel"]) == {"pos", "online", "moto"}
+    assert frame["amount"].between(1.0, 120.0).all()
+    assert frame["amount"].max() == 120.0  # clipped at the contract's range, not the generator's
+    assert frame["is_fraud"].sum() > 0
+
+
+def test_a_contract_without_the_generated_columns_is_refused(contract: DataContract) -> None:
+    thin = contract.model_copy(update={"columns": tuple(c for c in contract.columns if c.name != "channel")})
+    with pytest.raises(ValueError, match=r"lacks the columns the generator writes: \['channel'\]"):
+        generate_transactions(500, contract=thin)
+
+
+def test_scenarios_other_than_night_fraud_keep_the_time_of_day_flat(base: pd.DataFrame) -> None:
+    hours = np.bincount(base["event_timestamp"].dt.hour, minlength=24) / len(base)
+    assert hours.min() > 0.6 / 24

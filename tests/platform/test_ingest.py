@@ -8,6 +8,7 @@ import hashlib
 import http.server
 import json
 import shutil
+import socket
 import stat
 import threading
 from collections.abc import Iterator
@@ -221,3 +222,80 @@ def test_http_url_source(http_root: tuple[Path, str], tmp_path: Path, frame: pd.
     assert snapshot.rows == len(frame)
     with pytest.raises(IngestError, match="source not found"):
         ingest(f"{base_url}/missing.parquet", tmp_path / "snapshots", contract)
+
+
+def _csv_text(frame: pd.DataFrame, sep: str = ",") -> str:
+    return str(frame.to_csv(index=False, sep=sep))
+
+
+@pytest.mark.parametrize("sep", [";", "\t", "|"])
+def test_delimiter_is_sniffed_from_the_header(tmp_path: Path, frame: pd.DataFrame, contract: DataContract,
+                                              sep: str) -> None:
+    source = tmp_path / "tx.csv"
+    source.write_text(_csv_text(frame, sep))
+    stored = pd.read_parquet(ingest(str(source), tmp_path / "snapshots", contract).path)
+    assert list(stored.columns) == list(frame.columns)
+    pd.testing.assert_series_equal(stored["amount"], frame["amount"])
+    assert stored["event_timestamp"].notna().all()
+
+
+def test_mixed_naive_and_offset_times_are_refused_by_name(tmp_path: Path, frame: pd.DataFrame,
+                                                           contract: DataContract) -> None:
+    text = _csv_text(frame.head(20))
+    source = tmp_path / "mixed.csv"
+    # Two rows lose their offset, as when two exports with different settings are concatenated.
+    lines = text.splitlines()
+    lines[3] = lines[3].replace("+00:00", "")
+    lines[7] = lines[7].replace("+00:00", "")
+    source.write_text("\n".join(lines) + "\n")
+    with pytest.raises(IngestError) as info:
+        ingest(str(source), tmp_path / "snapshots", contract)
+    message = info.value.message
+    assert "column event_timestamp mixes times with a UTC offset (18 rows" in message
+    assert "and times without one (2 rows" in message
+    assert info.value.field == "event_timestamp"
+
+
+def test_iso_times_in_several_forms_all_parse(tmp_path: Path, contract: DataContract) -> None:
+    source = tmp_path / "forms.csv"
+    header = "transaction_id,customer_id,merchant_id,event_timestamp,amount,merchant_category,channel,country,is_fraud"
+    times = ["2026-01-01T10:00:00Z", "2026-01-01 11:00:00.250+00:00", "2026-01-01T12:00:00+01:00"]
+    source.write_text("\n".join([header, *(f"T{i},C1,M1,{t},1.0,fuel,pos,US,0" for i, t in enumerate(times))]))
+    stored = pd.read_parquet(ingest(str(source), tmp_path / "snapshots", contract).path)
+    assert stored["event_timestamp"].tolist() == [
+        pd.Timestamp("2026-01-01T10:00:00", tz="UTC"),
+        pd.Timestamp("2026-01-01T11:00:00.250", tz="UTC"),
+        pd.Timestamp("2026-01-01T11:00:00", tz="UTC"),
+    ]
+
+
+def test_true_false_labels_follow_the_contract_spellings(tmp_path: Path, frame: pd.DataFrame,
+                                                         contract: DataContract) -> None:
+    spelled = frame.copy()
+    spelled["is_fraud"] = spelled["is_fraud"].map({1: "TRUE", 0: "false"})
+    source = tmp_path / "labels.csv"
+    source.write_text(_csv_text(spelled))
+    stored = pd.read_parquet(ingest(str(source), tmp_path / "snapshots", contract).path)
+    assert stored["is_fraud"].dtype == "int64"
+    pd.testing.assert_series_equal(stored["is_fraud"], frame["is_fraud"])
+
+
+def test_spellings_the_contract_does_not_list_stay_as_given(tmp_path: Path, frame: pd.DataFrame,
+                                                            contract: DataContract) -> None:
+    strict = contract.model_copy(update={"columns": tuple(
+        c.model_copy(update={"true_values": ("yes",), "false_values": ("no",)}) if c.name == "is_fraud" else c
+        for c in contract.columns)})
+    booleans = frame.assign(is_fraud=frame["is_fraud"].astype(bool))
+    source = tmp_path / "labels.parquet"
+    booleans.to_parquet(source, index=False)
+    stored = pd.read_parquet(ingest(str(source), tmp_path / "snapshots", strict).path)
+    assert stored["is_fraud"].dtype == bool  # validation's int type check names it
+
+
+def test_refused_connection_is_named_not_reported_as_missing(tmp_path: Path, contract: DataContract) -> None:
+    with socket.socket() as closed:  # a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    with pytest.raises(IngestError) as info:
+        ingest(f"http://127.0.0.1:{port}/tx.csv", tmp_path / "snapshots", contract)
+    assert info.value.message == f"cannot read source http://127.0.0.1:{port}/tx.csv: connection refused"

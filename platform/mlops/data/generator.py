@@ -1,29 +1,110 @@
-"""Seeded synthetic card transactions with learnable fraud patterns and named drift scenarios.
+"""Seeded synthetic card transactions with learnable fraud patterns and named scenarios.
 
 Fraud arrives in bursts on compromised cards: several transactions within an hour, amounts far
 above the customer's usual spend, risky merchant categories, online channel, foreign countries.
 So the rolling features (velocity, amount vs. the customer's mean) carry real signal, and the
-raw fields carry some. Drift scenarios shift one aspect of the data for monitoring to detect.
+raw fields carry some. Drift scenarios shift one aspect of the data for monitoring to detect;
+``night_fraud`` hides fraud in everyday-looking single transactions at night, so only the time
+of day gives it away.
+
+Column names, categories and the amount range come from the data contract (the bundled one by
+default); the generator only knows which of those categories play which role in fraud.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal, get_args
 
 import numpy as np
 import pandas as pd
 
-Scenario = Literal["none", "amount_inflation", "online_shift", "fraud_surge", "new_countries"]
+from mlops.contract import DataContract, load_contract
+from mlops.settings import BUNDLED_CONTRACT
+
+Scenario = Literal["none", "amount_inflation", "online_shift", "fraud_surge", "new_countries", "night_fraud"]
 SCENARIOS: tuple[str, ...] = get_args(Scenario)
 
-CATEGORIES = ("grocery", "restaurant", "fuel", "travel", "electronics", "fashion",
-              "entertainment", "gift_cards", "health", "utilities")
+# Roles in the fraud patterns; a contract category not named here is an ordinary one.
 RISKY_CATEGORIES = ("electronics", "gift_cards", "travel")
-CHANNELS = ("pos", "online", "atm", "contactless")
-HOME_COUNTRIES = ("US", "GB", "DE", "FR", "ES", "IT", "NL", "CA")
 RISKY_COUNTRIES = ("NG", "RU", "CN", "BR", "MX", "IN")
+_LEGIT_CHANNEL_WEIGHTS = {"pos": 0.45, "online": 0.25, "atm": 0.05, "contactless": 0.25}
+_FRAUD_CHANNEL_WEIGHTS = {"pos": 0.1, "online": 0.75, "atm": 0.1, "contactless": 0.05}
+_OTHER_CHANNEL_WEIGHT = 0.05
+# Columns the generator fills besides the contract's id, timestamp, label and entity keys.
+_VALUE_COLUMNS = ("amount", "merchant_category", "channel", "country")
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
+
+# night_fraud: legitimate use follows the day (weights per UTC hour, about 1.7 % in 00:00-05:00);
+# most fraud happens in NIGHT_HOURS.
+_DAYTIME_PROFILE = np.array([0.3, 0.2, 0.15, 0.15, 0.2, 0.4, 1, 2, 3, 4, 4, 4,
+                             5, 4, 4, 4, 4, 4, 4, 4, 3, 2, 1.5, 0.8])
+NIGHT_HOURS = (0, 5)
+NIGHT_FRAUD_SHARE = 0.9
+
+
+@dataclass(frozen=True)
+class _Vocabulary:
+    """What the contract allows, split into the roles the fraud patterns use."""
+
+    categories: tuple[str, ...]
+    risky_categories: tuple[str, ...]
+    channels: tuple[str, ...]
+    legit_channel_p: np.ndarray
+    fraud_channel_p: np.ndarray
+    home_countries: tuple[str, ...]
+    risky_countries: tuple[str, ...]
+    amount_range: tuple[float, float]
+
+    @classmethod
+    def of(cls, contract: DataContract) -> _Vocabulary:
+        names = {c.name for c in contract.columns}
+        missing = [n for n in _VALUE_COLUMNS if n not in names]
+        if missing:
+            raise ValueError(f"contract {contract.name!r} lacks the columns the generator writes: {missing}")
+
+        def categories(name: str) -> tuple[str, ...]:
+            values = contract.column(name).categories
+            if not values:
+                raise ValueError(f"contract column {name!r} must be a category column for the generator")
+            return values
+
+        def weights(table: dict[str, float]) -> np.ndarray:
+            raw = np.array([table.get(c, _OTHER_CHANNEL_WEIGHT) for c in channels])
+            return raw if raw.sum() == 1.0 else raw / raw.sum()
+
+        merchant_categories, channels, countries = (categories(n) for n in _VALUE_COLUMNS[1:])
+        risky_countries = tuple(c for c in RISKY_COUNTRIES if c in countries)
+        home_countries = tuple(c for c in countries if c not in risky_countries)
+        if not home_countries:
+            raise ValueError("the contract's countries are all risky ones; the generator needs home countries")
+        amount = contract.column("amount")
+        return cls(
+            categories=merchant_categories,
+            risky_categories=tuple(c for c in RISKY_CATEGORIES if c in merchant_categories),
+            channels=channels,
+            legit_channel_p=weights(_LEGIT_CHANNEL_WEIGHTS),
+            fraud_channel_p=weights(_FRAUD_CHANNEL_WEIGHTS),
+            home_countries=home_countries,
+            risky_countries=risky_countries,
+            amount_range=(amount.min if amount.min is not None else 0.01,
+                          amount.max if amount.max is not None else np.inf),
+        )
+
+
+@dataclass(frozen=True)
+class _Population:
+    """The customers and merchants of one generated dataset."""
+
+    home: np.ndarray
+    spend: np.ndarray
+    activity_p: np.ndarray
+    merchant_category: np.ndarray
+
+    @property
+    def n_merchants(self) -> int:
+        return len(self.merchant_category)
 
 
 def generate_transactions(
@@ -34,8 +115,9 @@ def generate_transactions(
     days: int = 60,
     scenario: Scenario = "none",
     start: datetime = DEFAULT_START,
+    contract: DataContract | None = None,
 ) -> pd.DataFrame:
-    """Return ``n_rows`` transactions sorted by time, columns as in ``contracts/fraud.yaml``."""
+    """Return ``n_rows`` transactions sorted by time, with the contract's columns (bundled contract by default)."""
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
     if n_rows < 100:
@@ -44,16 +126,55 @@ def generate_transactions(
         fraud_rate *= 3
     if not 0 <= fraud_rate <= 0.3:
         raise ValueError(f"fraud rate {fraud_rate:g} (after the scenario) must be between 0 and 0.3")
+    contract = contract or load_contract(BUNDLED_CONTRACT)
+    vocab = _Vocabulary.of(contract)
     rng = np.random.default_rng(seed)
     n_customers = max(50, n_rows // 25)
     n_merchants = max(20, n_rows // 150)
-    cust_home = rng.choice(HOME_COUNTRIES, size=n_customers)
+    cust_home = rng.choice(vocab.home_countries, size=n_customers)
     cust_spend = rng.lognormal(mean=3.6, sigma=0.6, size=n_customers)
     cust_activity = rng.gamma(2.0, 1.0, size=n_customers)
-    merch_category = rng.choice(CATEGORIES, size=n_merchants)
-    span_s = days * 86_400
-
+    people = _Population(home=cust_home, spend=cust_spend, activity_p=cust_activity / cust_activity.sum(),
+                         merchant_category=rng.choice(vocab.categories, size=n_merchants))
     n_fraud_target = round(n_rows * fraud_rate)
+    if scenario == "night_fraud":
+        frame = _night_fraud(rng, people, vocab, n_rows, n_fraud_target, days)
+    else:
+        frame = _burst_fraud(rng, people, vocab, n_rows, n_fraud_target, days * 86_400)
+    frame = _apply_scenario(frame, scenario, rng, vocab)
+    frame = frame.sort_values(["t", "customer_idx"], kind="stable").reset_index(drop=True)
+    micros = np.floor(frame["t"].to_numpy() * 1e6).astype("int64")
+    values = {
+        contract.id_column: [f"T{i:09d}" for i in range(len(frame))],
+        contract.entity("customer").join_key: [f"C{i:06d}" for i in frame["customer_idx"]],
+        contract.entity("merchant").join_key: [f"M{i:05d}" for i in frame["merchant_idx"]],
+        contract.timestamp_column: pd.Timestamp(start) + pd.to_timedelta(micros, unit="us"),
+        "amount": np.clip(frame["amount"].to_numpy(), *vocab.amount_range).round(2),
+        "merchant_category": people.merchant_category[frame["merchant_idx"]].astype(str),
+        "channel": frame["channel"].to_numpy().astype(str),
+        "country": frame["country"].to_numpy().astype(str),
+        contract.label_column: frame["is_fraud"].to_numpy(),
+    }
+    return pd.DataFrame({c.name: values[c.name] for c in contract.columns})
+
+
+def _everyday(rng: np.random.Generator, people: _Population, vocab: _Vocabulary, customers: np.ndarray,
+              times: np.ndarray) -> pd.DataFrame:
+    """Ordinary spend of ``customers`` at ``times``: their usual amounts, home country, everyday channels."""
+    n = len(customers)
+    amount = people.spend[customers] * rng.lognormal(0.0, 0.5, size=n)
+    merchant = rng.integers(0, people.n_merchants, size=n)
+    channel = rng.choice(vocab.channels, size=n, p=vocab.legit_channel_p)
+    abroad = rng.random(n) < 0.04
+    country = np.where(abroad, rng.choice(vocab.home_countries + vocab.risky_countries[:2], size=n),
+                       people.home[customers])
+    return pd.DataFrame({"customer_idx": customers, "merchant_idx": merchant, "t": times, "amount": amount,
+                         "channel": channel, "country": country, "is_fraud": np.zeros(n, np.int64)})
+
+
+def _burst_fraud(rng: np.random.Generator, people: _Population, vocab: _Vocabulary, n_rows: int,
+                 n_fraud_target: int, span_s: int) -> pd.DataFrame:
+    """Everyday spend at any time plus fraud bursts: several fast, large, risky-looking transactions."""
     burst_sizes: list[int] = []
     while sum(burst_sizes) < n_fraud_target:
         burst_sizes.append(int(rng.integers(2, 7)))
@@ -62,60 +183,62 @@ def generate_transactions(
     burst_sizes = [b for b in burst_sizes if b > 0]
     n_fraud = sum(burst_sizes)
     n_legit = n_rows - n_fraud
+    n_customers = len(people.spend)
+    legit_cust = rng.choice(n_customers, size=n_legit, p=people.activity_p)
+    legit = _everyday(rng, people, vocab, legit_cust, rng.uniform(0, span_s, size=n_legit))
 
-    # Legitimate spend: the customer's usual amounts, home country, everyday channels.
-    legit_cust = rng.choice(n_customers, size=n_legit, p=cust_activity / cust_activity.sum())
-    legit_t = rng.uniform(0, span_s, size=n_legit)
-    legit_amount = cust_spend[legit_cust] * rng.lognormal(0.0, 0.5, size=n_legit)
-    legit_merchant = rng.integers(0, n_merchants, size=n_legit)
-    legit_channel = rng.choice(CHANNELS, size=n_legit, p=[0.45, 0.25, 0.05, 0.25])
-    abroad = rng.random(n_legit) < 0.04
-    legit_country = np.where(abroad, rng.choice(HOME_COUNTRIES + RISKY_COUNTRIES[:2], size=n_legit),
-                             cust_home[legit_cust])
-
-    # Fraud bursts: one compromised card, several fast transactions, risky shape (mostly).
+    # One compromised card per burst, several fast transactions, risky shape (mostly).
     fraud_cust = np.repeat(rng.integers(0, n_customers, size=len(burst_sizes)), burst_sizes)
     burst_start = np.repeat(rng.uniform(0, span_s - 3_600, size=len(burst_sizes)), burst_sizes)
     fraud_t = burst_start + rng.uniform(0, 3_000, size=n_fraud)
     blends_in = np.repeat(rng.random(len(burst_sizes)) < 0.15, burst_sizes)
-    fraud_amount = cust_spend[fraud_cust] * np.where(
+    fraud_amount = people.spend[fraud_cust] * np.where(
         blends_in, rng.lognormal(0.0, 0.5, size=n_fraud), rng.lognormal(1.6, 0.6, size=n_fraud))
-    risky_merchants = np.flatnonzero(np.isin(merch_category, RISKY_CATEGORIES))
+    risky_merchants = np.flatnonzero(np.isin(people.merchant_category, vocab.risky_categories))
     fraud_merchant = np.where(
         blends_in | (rng.random(n_fraud) < 0.2),
-        rng.integers(0, n_merchants, size=n_fraud),
+        rng.integers(0, people.n_merchants, size=n_fraud),
         rng.choice(risky_merchants, size=n_fraud) if risky_merchants.size else 0)
-    fraud_channel = np.where(blends_in, rng.choice(CHANNELS, size=n_fraud),
-                             rng.choice(CHANNELS, size=n_fraud, p=[0.1, 0.75, 0.1, 0.05]))
-    fraud_country = np.where(blends_in | (rng.random(n_fraud) < 0.35), cust_home[fraud_cust],
-                             rng.choice(RISKY_COUNTRIES, size=n_fraud))
-
-    frame = pd.DataFrame({
-        "customer_idx": np.concatenate([legit_cust, fraud_cust]),
-        "merchant_idx": np.concatenate([legit_merchant, fraud_merchant]),
-        "t": np.concatenate([legit_t, fraud_t]),
-        "amount": np.concatenate([legit_amount, fraud_amount]),
-        "channel": np.concatenate([legit_channel, fraud_channel]),
-        "country": np.concatenate([legit_country, fraud_country]),
-        "is_fraud": np.concatenate([np.zeros(n_legit, np.int64), np.ones(n_fraud, np.int64)]),
-    })
-    frame = _apply_scenario(frame, scenario, rng)
-    frame = frame.sort_values(["t", "customer_idx"], kind="stable").reset_index(drop=True)
-    seconds = np.floor(frame["t"].to_numpy() * 1e6).astype("int64")
-    return pd.DataFrame({
-        "transaction_id": [f"T{i:09d}" for i in range(len(frame))],
-        "customer_id": [f"C{i:06d}" for i in frame["customer_idx"]],
-        "merchant_id": [f"M{i:05d}" for i in frame["merchant_idx"]],
-        "event_timestamp": pd.Timestamp(start) + pd.to_timedelta(seconds, unit="us"),
-        "amount": np.clip(frame["amount"].to_numpy(), 0.01, 50_000).round(2),
-        "merchant_category": pd.Categorical(merch_category[frame["merchant_idx"]], categories=CATEGORIES),
-        "channel": pd.Categorical(frame["channel"], categories=CHANNELS),
-        "country": pd.Categorical(frame["country"], categories=HOME_COUNTRIES + RISKY_COUNTRIES),
-        "is_fraud": frame["is_fraud"].to_numpy(),
-    }).astype({"merchant_category": str, "channel": str, "country": str})
+    fraud_channel = np.where(blends_in, rng.choice(vocab.channels, size=n_fraud),
+                             rng.choice(vocab.channels, size=n_fraud, p=vocab.fraud_channel_p))
+    stays_home = blends_in | (rng.random(n_fraud) < 0.35)
+    foreign = rng.choice(vocab.risky_countries or vocab.home_countries, size=n_fraud)
+    fraud_country = np.where(stays_home, people.home[fraud_cust], foreign)
+    fraud = pd.DataFrame({"customer_idx": fraud_cust, "merchant_idx": fraud_merchant, "t": fraud_t,
+                          "amount": fraud_amount, "channel": fraud_channel, "country": fraud_country,
+                          "is_fraud": np.ones(n_fraud, np.int64)})
+    return pd.concat([legit, fraud], ignore_index=True)
 
 
-def _apply_scenario(frame: pd.DataFrame, scenario: Scenario, rng: np.random.Generator) -> pd.DataFrame:
+def _night_fraud(rng: np.random.Generator, people: _Population, vocab: _Vocabulary, n_rows: int,
+                 n_fraud: int, days: int) -> pd.DataFrame:
+    """Legitimate use by day; fraud as single everyday-looking transactions, mostly at night.
+
+    Fraud cards are drawn like legitimate ones (by activity) and each fraud is one transaction of
+    the customer's usual amount, merchant, channel and country: nothing but the hour stands out.
+    """
+    n_legit = n_rows - n_fraud
+    n_customers = len(people.spend)
+    hour_p = _DAYTIME_PROFILE / _DAYTIME_PROFILE.sum()
+
+    def daytime(n: int) -> np.ndarray:
+        hours = rng.choice(24, size=n, p=hour_p)
+        return rng.integers(0, days, size=n) * 86_400.0 + hours * 3_600.0 + rng.uniform(0, 3_600, size=n)
+
+    legit_cust = rng.choice(n_customers, size=n_legit, p=people.activity_p)
+    legit = _everyday(rng, people, vocab, legit_cust, daytime(n_legit))
+    fraud_cust = rng.choice(n_customers, size=n_fraud, p=people.activity_p)
+    night_start, night_end = NIGHT_HOURS
+    at_night = rng.random(n_fraud) < NIGHT_FRAUD_SHARE
+    night_t = rng.integers(0, days, size=n_fraud) * 86_400.0 + rng.uniform(night_start * 3_600, night_end * 3_600,
+                                                                           size=n_fraud)
+    fraud = _everyday(rng, people, vocab, fraud_cust, np.where(at_night, night_t, daytime(n_fraud)))
+    fraud["is_fraud"] = 1
+    return pd.concat([legit, fraud], ignore_index=True)
+
+
+def _apply_scenario(frame: pd.DataFrame, scenario: Scenario, rng: np.random.Generator,
+                    vocab: _Vocabulary) -> pd.DataFrame:
     frame = frame.copy()
     if scenario == "amount_inflation":
         frame["amount"] = frame["amount"] * 1.6
@@ -124,5 +247,5 @@ def _apply_scenario(frame: pd.DataFrame, scenario: Scenario, rng: np.random.Gene
         frame.loc[move, "channel"] = "online"
     elif scenario == "new_countries":
         move = rng.random(len(frame)) < 0.25
-        frame.loc[move, "country"] = rng.choice(RISKY_COUNTRIES, size=int(move.sum()))
+        frame.loc[move, "country"] = rng.choice(vocab.risky_countries, size=int(move.sum()))
     return frame
