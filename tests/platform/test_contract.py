@@ -30,7 +30,10 @@ def test_bundled_contract_loads(contract: DataContract) -> None:
     assert contract.column("channel").categories == ("pos", "online", "atm", "contactless")
     assert contract.column("amount").min == 0.01
     assert contract.column("amount").max == 50000
-    assert [v.view_name for v in contract.feature_views] == ["customer_features", "merchant_features"]
+    assert [v.view_name for v in contract.feature_views] == ["customer_history", "merchant_history"]
+    # A history keeps the longest aggregating window; seconds_since_previous needs only the previous event.
+    assert [v.history_horizon.days for v in contract.feature_views] == [7, 7]
+    assert contract.feature_views[0].value_columns == ["amount"]
 
 
 def test_window_delta_parses_units(contract: DataContract) -> None:
@@ -48,14 +51,21 @@ def test_numeric_inputs_are_raw_fields_then_features(contract: DataContract) -> 
         "customer_amount_mean_7d",
         "customer_amount_max_24h",
         "customer_amount_sum_24h",
+        "customer_seconds_since_previous",
         "merchant_txn_count_24h",
         "merchant_amount_mean_7d",
+        "merchant_seconds_since_previous",
+        "hour_of_day_sin",
+        "hour_of_day_cos",
+        "day_of_week_sin",
+        "day_of_week_cos",
     ]
     assert contract.feature_names == contract.numeric_inputs[1:]
 
 
 def test_log1p_mask_marks_amount_and_amount_features(contract: DataContract) -> None:
-    assert contract.log1p_mask == [True, False, False, True, True, True, False, True]
+    assert contract.log1p_mask == [True, False, False, True, True, True, True, False, True, True,
+                                   False, False, False, False]
     assert len(contract.log1p_mask) == len(contract.numeric_inputs)
 
 

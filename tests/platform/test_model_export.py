@@ -17,6 +17,7 @@ from onnx import TensorProto, numpy_helper
 from mlops.contract import DataContract
 from mlops.data.generator import generate_transactions
 from mlops.errors import ExportParityError, InputError
+from mlops.features import replay_features
 from mlops.inference import OnnxModel
 from mlops.model import UNKNOWN_INDEX, FraudMLP, encode, fit_vocabularies
 from mlops.onnx_export import check_parity, export_onnx
@@ -32,17 +33,9 @@ def vocabs(contract: DataContract) -> dict[str, list[str]]:
 
 @pytest.fixture(scope="module")
 def frame(contract: DataContract) -> pd.DataFrame:
-    """Generated transactions plus simple per-entity features (values matter, signal does not)."""
+    """Generated transactions plus the contract's features, as serving computes them."""
     df = generate_transactions(3000, seed=7)
-    by_customer = df.groupby("customer_id")["amount"]
-    by_merchant = df.groupby("merchant_id")["amount"]
-    df["customer_txn_count_1h"] = by_customer.cumcount().astype(float)
-    df["customer_txn_count_24h"] = df["customer_txn_count_1h"] + 1
-    df["customer_amount_mean_7d"] = by_customer.transform(lambda s: s.expanding().mean())
-    df["customer_amount_max_24h"] = by_customer.cummax()
-    df["customer_amount_sum_24h"] = by_customer.cumsum()
-    df["merchant_txn_count_24h"] = by_merchant.cumcount().astype(float)
-    df["merchant_amount_mean_7d"] = by_merchant.transform(lambda s: s.expanding().mean())
+    df = pd.concat([df, replay_features(df, contract)], axis=1)
     assert set(contract.feature_names) <= set(df.columns)
     return df
 
