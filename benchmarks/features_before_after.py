@@ -1,13 +1,15 @@
-"""Online features and the prediction service before and after the feature rewrite, side by side.
+"""Model quality, online features and the prediction service before and after the feature
+rewrite, side by side.
 
 For each source tree (the commit before the rewrite, checked out into a temporary git worktree,
-and this working tree) on the same generated data: run the pipeline (3 epochs), materialize the
-online store where the tree has that command, time the in-process feature fetch for one
-transaction (p50/p99), then start the service and measure /predict latency (sequential) and
-requests/s (16 concurrent clients). Both trees run with this checkout's .venv; PYTHONPATH picks the
-tree. All traffic stays on 127.0.0.1.
+and this working tree) on the same generated data: run the pipeline and read the model's test
+PR-AUC; unless --quality-only, materialize the online store where the tree has that command, time
+the in-process feature fetch for one transaction (p50/p99), then start the service and measure
+/predict latency (sequential) and requests/s (16 concurrent clients). Both trees run with this
+checkout's .venv; PYTHONPATH picks the tree. All traffic stays on 127.0.0.1.
 
-    .venv/bin/python benchmarks/features_before_after.py [--rows 8000] [--before a076e85]
+    .venv/bin/python benchmarks/features_before_after.py [--rows 8000] [--epochs 3] [--before a076e85]
+    .venv/bin/python benchmarks/features_before_after.py --scenario night_fraud --rows 30000 --epochs 30 --quality-only
 """
 
 from __future__ import annotations
@@ -34,9 +36,18 @@ CONCURRENT_REQUESTS = 1200
 CLIENTS = 16
 
 
-def _env(tree: Path, home: Path, **extra: str) -> dict[str, str]:
+def _env(tree: Path, home: Path, epochs: int) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": f"{tree / 'platform'}:{tree}", "MLOPS_HOME": str(home),
-            "MLOPS_MAX_EPOCHS": "3", **extra}
+            "MLOPS_MAX_EPOCHS": str(epochs)}
+
+
+def _test_pr_auc(home: Path) -> float:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                              order_by=["attributes.start_time DESC"], max_results=1)
+    return float(runs[0].data.metrics["test_pr_auc"])
 
 
 def _run(args: list[str], env: dict[str, str], log: Path) -> None:
@@ -102,12 +113,14 @@ def _serve_and_load(env: dict[str, str], frame: pd.DataFrame, log: Path) -> dict
             "predict_p99_ms": float(np.percentile(ms, 99)), "requests_per_s": rate}
 
 
-def measure(tree: Path, data: Path, work: Path, name: str) -> dict[str, float]:
+def measure(tree: Path, data: Path, work: Path, name: str, epochs: int, quality_only: bool) -> dict[str, float]:
     home = work / f"home-{name}"
     log = work / f"{name}.log"
-    env = _env(tree, home)
+    env = _env(tree, home, epochs)
     print(f"[{name}] pipeline on {data.name} (log: {log})", flush=True)
     _run(["-m", "mlops.cli", "pipeline", "run", str(data)], env, log)
+    if quality_only:
+        return {"test_pr_auc": _test_pr_auc(home)}
     frame = pd.read_parquet(data).sort_values("event_timestamp")
     replay_from = frame["event_timestamp"].iloc[-CONCURRENT_REQUESTS - SEQUENTIAL_REQUESTS]
     if (tree / "platform" / "mlops" / "online_features.py").exists():
@@ -115,7 +128,8 @@ def measure(tree: Path, data: Path, work: Path, name: str) -> dict[str, float]:
         _run(["-m", "mlops.cli", "features", "materialize", "--end", as_of], env, log)
     probe = subprocess.run([sys.executable, str(REPO / "benchmarks" / "feature_fetch_probe.py"), str(data), "500"],
                            env=env, capture_output=True, text=True, check=True)
-    result: dict[str, float] = json.loads(probe.stdout.strip().splitlines()[-1])
+    result: dict[str, float] = {"test_pr_auc": _test_pr_auc(home),
+                                **json.loads(probe.stdout.strip().splitlines()[-1])}
     print(f"[{name}] service under load", flush=True)
     result.update(_serve_and_load(env, frame, log))
     return result
@@ -124,6 +138,9 @@ def measure(tree: Path, data: Path, work: Path, name: str) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=8000)
+    parser.add_argument("--epochs", type=int, default=3, help="MLOPS_MAX_EPOCHS for both pipelines")
+    parser.add_argument("--scenario", default="none", help="generator scenario (e.g. night_fraud)")
+    parser.add_argument("--quality-only", action="store_true", help="only the models' test PR-AUC")
     parser.add_argument("--before", default="a076e85", help="commit before the feature rewrite")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="features-bench-") as tmp:
@@ -133,13 +150,14 @@ def main() -> None:
                        check=True)
         try:
             data = work / "transactions.parquet"
-            _run(["-m", "mlops.cli", "data", "generate", "--out", str(data), "--rows", str(args.rows)],
-                 _env(REPO, work / "gen"), work / "generate.log")
-            results = {"before": measure(before_tree, data, work, "before"),
-                       "after": measure(REPO, data, work, "after")}
+            _run(["-m", "mlops.cli", "data", "generate", "--out", str(data), "--rows", str(args.rows),
+                  "--scenario", args.scenario], _env(REPO, work / "gen", args.epochs), work / "generate.log")
+            results = {side: measure(tree, data, work, side, args.epochs, args.quality_only)
+                       for side, tree in (("before", before_tree), ("after", REPO))}
         finally:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(before_tree)], check=False)
-    print(f"\n{'metric':<22}{'before':>12}{'after':>12}{'after/before':>14}")
+    print(f"\n{args.rows:,} rows, scenario {args.scenario}, {args.epochs} epochs")
+    print(f"{'metric':<22}{'before':>12}{'after':>12}{'after/before':>14}")
     for key in results["before"]:
         before, after = results["before"][key], results["after"][key]
         print(f"{key:<22}{before:>12.2f}{after:>12.2f}{after / before:>14.2f}")
