@@ -36,6 +36,11 @@ CONCURRENT_REQUESTS = 1200
 CLIENTS = 16
 
 
+def _tree(env: dict[str, str]) -> Path:
+    """The source tree an environment runs (processes start there: `python -m` puts the cwd first)."""
+    return Path(env["PYTHONPATH"].split(":")[-1])
+
+
 def _env(tree: Path, home: Path, epochs: int) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": f"{tree / 'platform'}:{tree}", "MLOPS_HOME": str(home),
             "MLOPS_MAX_EPOCHS": str(epochs)}
@@ -52,7 +57,11 @@ def _test_pr_auc(home: Path) -> float:
 
 def _run(args: list[str], env: dict[str, str], log: Path) -> None:
     with log.open("ab") as out:
-        subprocess.run([sys.executable, *args], env=env, stdout=out, stderr=subprocess.STDOUT, check=True)
+        done = subprocess.run([sys.executable, *args], env=env, cwd=_tree(env), stdout=out, stderr=subprocess.STDOUT,
+                              check=False)
+    if done.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+        raise SystemExit(f"{' '.join(args)} failed with exit code {done.returncode}; end of {log.name}:\n{tail}")
 
 
 def _free_port() -> int:
@@ -75,7 +84,7 @@ def _serve_and_load(env: dict[str, str], frame: pd.DataFrame, log: Path) -> dict
     started = time.monotonic()
     with log.open("ab") as out:
         process = subprocess.Popen([sys.executable, "-m", "mlops.cli", "serve"], env={**env, "MLOPS_PORT": str(port)},
-                                   stdout=out, stderr=subprocess.STDOUT)
+                                   cwd=_tree(env), stdout=out, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
         while True:
@@ -127,7 +136,7 @@ def measure(tree: Path, data: Path, work: Path, name: str, epochs: int, quality_
         as_of = (replay_from - pd.Timedelta(microseconds=1)).isoformat()
         _run(["-m", "mlops.cli", "features", "materialize", "--end", as_of], env, log)
     probe = subprocess.run([sys.executable, str(REPO / "benchmarks" / "feature_fetch_probe.py"), str(data), "500"],
-                           env=env, capture_output=True, text=True, check=True)
+                           env=env, cwd=tree, capture_output=True, text=True, check=True)
     result: dict[str, float] = {"test_pr_auc": _test_pr_auc(home),
                                 **json.loads(probe.stdout.strip().splitlines()[-1])}
     print(f"[{name}] service under load", flush=True)
