@@ -169,7 +169,7 @@ def main() -> None:
     print(f"{'metric':<22}{'before':>12}{'after':>12}{'after/before':>14}")
     for key in results["before"]:
         before, after = results["before"][key], results["after"][key]
-        print(f"{key:<22}{before:>12.2f}{after:>12.2f}{after / before:>14.2f}")
+        print(f"{key:<22}{before:>12.4g}{after:>12.4g}{after / before:>14.3g}")
 
 
 if __name__ == "__main__":
