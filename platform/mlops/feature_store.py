@@ -54,19 +54,9 @@ def offline_dir(settings: Settings) -> Path:
     return settings.feast_dir / "data"
 
 
-def history_refs(contract: DataContract) -> list[str]:
-    """Feast references of every history view's stored history (``view:events``)."""
-    return [f"{v.view_name}:{EVENTS_FIELD}" for v in contract.feature_views]
-
-
 def history_column(view_name: str, field: str = EVENTS_FIELD) -> str:
     """The column Feast names a view's field in its answers (full feature names)."""
     return f"{view_name}__{field}"
-
-
-def histories_from_row(contract: DataContract, row: dict[str, Any]) -> dict[str, History]:
-    """Histories per view from a row of a Feast answer with full feature names."""
-    return {v.view_name: decode_history(v, row.get(history_column(v.view_name))) for v in contract.feature_views}
 
 
 def publish_features(frame: pd.DataFrame, contract: DataContract, settings: Settings) -> FeatureStore:

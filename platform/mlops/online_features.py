@@ -20,9 +20,9 @@ import pandas as pd
 
 from mlops.contract import DataContract, FeatureViewSpec
 from mlops.errors import FeatureStoreError
-from mlops.feature_store import histories_from_row, history_column, history_refs
 from mlops.features import (
     EVENTS_FIELD,
+    NEWEST_FIELD,
     History,
     append_event,
     decode_history,
@@ -57,22 +57,26 @@ def _store_call(what: str) -> Any:
 class OnlineFeatures:
     """Entity histories for requests, and the write-through of scored transactions.
 
+    Reads and writes go straight to Feast's provider with the feature views resolved once:
+    ``FeatureStore.push`` and ``get_online_features`` rebuild the feature views from the registry's
+    protos on every call (13 of the 17 ms a write took). The rows written are what a push of the
+    same data writes.
+
     Safe to use from many threads: a read-modify-write of one entity holds that entity's lock
     (striped), and calls into Feast are serialized because its SQLite online store shares one
     connection between threads.
     """
 
     def __init__(self, store: FeatureStore, contract: DataContract) -> None:
-        from feature_repo.definitions import push_source_name
-
         self.store = store
         self.contract = contract
         self._views = {v.view_name: v for v in contract.feature_views}
         self._keys = {v.view_name: contract.entity(v.entity).join_key for v in contract.feature_views}
-        self._push_sources = {v.view_name: push_source_name(v) for v in contract.feature_views}
-        self._refs = history_refs(contract)
         self._store_lock = threading.Lock()
         self._entity_locks = [threading.Lock() for _ in range(_LOCK_STRIPES)]
+        with _store_call("registry read"):
+            self._feature_views = {name: store.get_feature_view(name) for name in self._views}
+            self._provider = store._get_provider()
 
     @contextmanager
     def entities_locked(self, entities: Iterable[tuple[str, str]]) -> Iterator[None]:
@@ -85,10 +89,7 @@ class OnlineFeatures:
 
     def read(self, keys: Mapping[str, str]) -> dict[str, History]:
         """The histories of one request's entities (empty for an entity the store does not know)."""
-        with self._store_lock, _store_call("read"):
-            response = self.store.get_online_features(
-                features=self._refs, entity_rows=[dict(keys)], full_feature_names=True).to_dict()
-        return histories_from_row(self.contract, {name: values[0] for name, values in response.items()})
+        return {name: self._read_view(view, [keys[self._keys[name]]])[0] for name, view in self._views.items()}
 
     def record(self, keys: Mapping[str, str], histories: Mapping[str, History], event_id: str,
                moment: datetime, values: Mapping[str, float]) -> list[str]:
@@ -107,21 +108,39 @@ class OnlineFeatures:
             written.append(name)
         return written
 
-    def _push(self, view: FeatureViewSpec, entity: str, history: History) -> None:
-        from feast.data_source import PushMode
+    def _entity_key(self, view: FeatureViewSpec, entity: str) -> Any:
+        from feast.protos.feast.types.EntityKey_pb2 import EntityKey
+        from feast.protos.feast.types.Value_pb2 import Value
 
-        row = {self._keys[view.view_name]: entity, self.contract.timestamp_column: _utc(history.times[-1]),
-               **stored_fields(view, history)}
+        return EntityKey(join_keys=[self._keys[view.view_name]], entity_values=[Value(string_val=entity)])
+
+    def _push(self, view: FeatureViewSpec, entity: str, history: History) -> None:
+        self._write_rows(view, [(entity, history)])
+
+    def _write_rows(self, view: FeatureViewSpec, rows: Sequence[tuple[str, History]]) -> None:
+        from feast.protos.feast.types.Value_pb2 import Value
+
+        now: datetime | None = datetime.now(UTC)
+        data: list[tuple[Any, dict[str, Any], datetime, datetime | None]] = []
+        for entity, history in rows:
+            fields = stored_fields(view, history)
+            values = {EVENTS_FIELD: Value(string_val=fields[EVENTS_FIELD]),
+                      NEWEST_FIELD: Value(int64_val=fields[NEWEST_FIELD])}
+            data.append((self._entity_key(view, entity), values, _utc(history.times[-1]), now))
         with self._store_lock, _store_call("write"):
-            self.store.push(self._push_sources[view.view_name], pd.DataFrame([row]), to=PushMode.ONLINE)
+            self._provider.online_write_batch(self.store.config, self._feature_views[view.view_name], data,
+                                              progress=None)
 
     def _read_view(self, view: FeatureViewSpec, entities: Sequence[str]) -> list[History]:
-        key = self._keys[view.view_name]
+        keys = [self._entity_key(view, e) for e in entities]
         with self._store_lock, _store_call("read"):
-            response = self.store.get_online_features(
-                features=[f"{view.view_name}:{EVENTS_FIELD}"], entity_rows=[{key: e} for e in entities],
-                full_feature_names=True).to_dict()
-        return [decode_history(view, stored) for stored in response[history_column(view.view_name)]]
+            answers = self._provider.online_read(self.store.config, self._feature_views[view.view_name], keys,
+                                                 [EVENTS_FIELD])
+        histories = []
+        for _, values in answers:
+            stored = values.get(EVENTS_FIELD) if values else None
+            histories.append(decode_history(view, stored.string_val if stored is not None else None))
+        return histories
 
     def materialize(self, end: datetime, offline: Mapping[str, pd.DataFrame]) -> dict[str, int]:
         """Merge the offline histories as of ``end`` into the online store; rows written per view.
@@ -147,8 +166,6 @@ class OnlineFeatures:
         return written
 
     def _merge_rows(self, view: FeatureViewSpec, latest: pd.DataFrame) -> int:
-        from feast.data_source import PushMode
-
         key = self._keys[view.view_name]
         records = latest.to_dict(orient="records")
         for offset in range(0, len(records), _MATERIALIZE_BATCH):
@@ -156,13 +173,9 @@ class OnlineFeatures:
             entities = [str(r[key]) for r in batch]
             with self.entities_locked((key, e) for e in entities):
                 current = self._read_view(view, entities)
-                rows = []
-                for entity, record, online in zip(entities, batch, current, strict=True):
-                    merged = merge_histories(view, online, decode_history(view, record[EVENTS_FIELD]))
-                    rows.append({key: entity, self.contract.timestamp_column: _utc(merged.times[-1]),
-                                 **stored_fields(view, merged)})
-                with self._store_lock, _store_call("write"):
-                    self.store.push(self._push_sources[view.view_name], pd.DataFrame(rows), to=PushMode.ONLINE)
+                merged = [(entity, merge_histories(view, online, decode_history(view, record[EVENTS_FIELD])))
+                          for entity, record, online in zip(entities, batch, current, strict=True)]
+                self._write_rows(view, merged)
         return len(records)
 
 
