@@ -7,6 +7,7 @@ step fails, the pipeline's MLflow run says which step and why, and that is what 
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,7 +32,9 @@ class PipelineOutcome:
 
 def settings_env(settings: Settings) -> dict[str, str]:
     """The settings as MLOPS_* variables, with paths made absolute for the step processes."""
-    env = {f"MLOPS_{k.upper()}": str(v) for k, v in settings.model_dump(exclude_none=True).items()}
+    # Tuples travel as JSON, the form pydantic-settings parses back.
+    env = {f"MLOPS_{k.upper()}": v if isinstance(v, str) else json.dumps(v)
+           for k, v in settings.model_dump(mode="json", exclude_none=True).items()}
     env["MLOPS_HOME"] = str(settings.resolved_home)
     env["MLOPS_CONTRACT_PATH"] = str(settings.contract_path.expanduser().resolve())
     return env
