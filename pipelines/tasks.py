@@ -24,13 +24,15 @@ from mlops.data.ingest import ingest
 from mlops.errors import DataValidationError, PipelineError
 from mlops.inference import OnnxModel
 from mlops.settings import Settings
+from pipelines.logs import configure_logging
 from pipelines.provenance import git_commit
 from pipelines.steps.deploy import deploy_version, promotion_tags
 from pipelines.steps.evaluate import EvaluationReport, QualityGates, evaluate
-from pipelines.steps.preprocess import SPLITS, preprocess
+from pipelines.steps.preprocess import preprocess
 from pipelines.steps.validate import check_snapshot, log_validation_to_mlflow, raise_for_failures
 
 log = logging.getLogger(__name__)
+__all__ = ["configure_logging"]  # the components import it from here
 
 
 def _context() -> tuple[Settings, DataContract]:
@@ -182,11 +184,3 @@ def deploy_task(run_id: str) -> None:
         mlflow.set_tags({"deployed_version": version})
     log.info("%s v%s now holds alias %r (was %s)", settings.model_name, version, settings.serving_alias,
              previous or "none")
-
-
-def configure_logging() -> None:
-    """Log lines of a step process (KFP shows them per task): ours at INFO, libraries' at WARNING."""
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s",
-                        force=True)
-    for name in ("mlops", "pipelines"):
-        logging.getLogger(name).setLevel(logging.INFO)

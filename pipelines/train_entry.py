@@ -28,12 +28,12 @@ from mlops.errors import InputError, MLOpsError
 from mlops.settings import Settings
 from pipelines import distributed
 from pipelines.checkpoint import CheckpointStore, sigterm_requests_checkpoint
-from pipelines.steps.preprocess import SPLITS
 from pipelines.steps.train import Checkpointing, EpochMetrics, TrainParams, TrainResult, train_model
 from pipelines.steps.trained_model import MODEL_FILE, save_trained
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("pipelines.train_entry")  # not "__main__" under `python -m`
 SUMMARY_FILE = "training.json"
+SPLITS = ("train", "validation", "test")  # the file names preprocess writes
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     from pipelines.checkpoint import TrainingPreempted
-    from pipelines.tasks import configure_logging
+    from pipelines.logs import configure_logging
 
     configure_logging()
     args = parse_args(argv)

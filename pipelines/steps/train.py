@@ -223,7 +223,7 @@ class _Trainer:
             from torch.nn.parallel import DistributedDataParallel
 
             ids = [device.index] if device.type == "cuda" else None
-            net = DistributedDataParallel(net, device_ids=ids, broadcast_buffers=False)
+            net = DistributedDataParallel(net, device_ids=ids, forward_sync_buffers=False)
         self.net: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = (
             torch.compile(net) if params.compile_model else net)
         self.bf16 = _use_bf16(params.precision, device)

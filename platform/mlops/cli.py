@@ -133,7 +133,7 @@ def train_command(
 ) -> None:
     """Train, export ONNX and score the test split (also under torchrun); --search, --reproduce."""
     from pipelines.checkpoint import TrainingPreempted
-    from pipelines.tasks import configure_logging
+    from pipelines.logs import configure_logging
     from pipelines.train_command import reproduce as reproduce_run
     from pipelines.train_command import train_and_export
 
