@@ -47,11 +47,13 @@ def search(paths: dict[str, Path], trials: int, settings: Settings, parent_run_i
     base = TrainParams.from_settings(settings)
     train, val = pd.read_parquet(paths["train"]), pd.read_parquet(paths["validation"])
     tried: dict[int, TrainParams] = {}
+    experiment_id = mlflow.MlflowClient().get_run(parent_run_id).info.experiment_id
 
     def objective(trial: optuna.Trial) -> float:
         params = _suggest(trial, base)
         tried[trial.number] = params
-        with mlflow.start_run(run_name=f"trial-{trial.number}", nested=True, parent_run_id=parent_run_id):
+        with mlflow.start_run(run_name=f"trial-{trial.number}", experiment_id=experiment_id, nested=True,
+                              parent_run_id=parent_run_id):
             result = train_model(train, val, contract, params)
             mlflow.log_params(params_to_log(params))
             mlflow.log_metrics({"best_val_pr_auc": result.best.val_pr_auc, "best_epoch": result.best_epoch})
