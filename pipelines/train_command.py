@@ -45,7 +45,7 @@ class TrainReport:
 def new_run(settings: Settings, tags: dict[str, str]) -> str:
     registry.client(settings)
     experiment_id = registry.ensure_experiment(settings)
-    return MlflowClient().create_run(experiment_id, tags=tags).info.run_id
+    return str(MlflowClient().create_run(experiment_id, tags=tags).info.run_id)
 
 
 def train_and_export(paths: dict[str, Path], out_dir: Path, checkpoint_dir: str, settings: Settings, *,

@@ -6,10 +6,13 @@ import atexit
 import gc
 import sys
 import warnings
+from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from mlops.contract import DataContract, load_contract
+from mlops.data.generator import generate_transactions
 from mlops.settings import BUNDLED_CONTRACT
 
 
@@ -17,6 +20,47 @@ from mlops.settings import BUNDLED_CONTRACT
 def contract() -> DataContract:
     """The bundled example contract (card transactions)."""
     return load_contract(BUNDLED_CONTRACT)
+
+
+# Small train/validation/test splits with the contract's features, shared by the training tests.
+Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
+
+
+def with_features(df: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
+    """Rolling per-entity aggregates as of each row (inclusive), enough to carry the fraud signal."""
+    df = df.copy()
+    amounts = df.set_index(contract.timestamp_column)["amount"]
+    for view in contract.feature_views:
+        keys = df[contract.entity(view.entity).join_key].to_numpy()
+        for feature in view.features:
+            window, agg = feature.window, feature.agg
+            rolled = amounts.groupby(keys).transform(lambda s, w=window, a=agg: s.rolling(w).agg(a))
+            df[feature.name] = rolled.to_numpy()
+    return df
+
+
+def make_splits(contract: DataContract, rows: int = 3000, seed: int = 3) -> Splits:
+    df = with_features(generate_transactions(rows, seed=seed, fraud_rate=0.03), contract)
+    n = len(df)
+    return df.iloc[: int(n * 0.7)], df.iloc[int(n * 0.7): int(n * 0.85)], df.iloc[int(n * 0.85):]
+
+
+def write_splits(splits: Splits, data_dir: Path) -> Path:
+    """The splits as preprocess leaves them: train/validation/test.parquet in one folder."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for name, frame in zip(("train", "validation", "test"), splits, strict=True):
+        frame.to_parquet(data_dir / f"{name}.parquet", index=False)
+    return data_dir
+
+
+@pytest.fixture(scope="session")
+def splits(contract: DataContract) -> Splits:
+    return make_splits(contract)
+
+
+@pytest.fixture(scope="session")
+def data_dir(splits: Splits, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_splits(splits, tmp_path_factory.mktemp("splits"))
 
 
 

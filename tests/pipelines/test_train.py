@@ -22,6 +22,7 @@ from pipelines.steps.export import ExportResult, export_and_check, log_model_to_
 from pipelines.steps.train import EpochMetrics, TrainParams, TrainResult, train_model
 from pipelines.steps.trained_model import TrainedModel, load_trained, save_trained
 from pipelines.train_tracking import log_training, params_from_run
+
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 PARAMS = TrainParams.from_settings(
     Settings(seed=11, max_epochs=12, patience=3, batch_size=256, learning_rate=3e-3, device="cpu")

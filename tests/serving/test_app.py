@@ -25,7 +25,9 @@ from mlops.feature_store import online_features, open_store
 from mlops.features import feature_defaults
 from mlops.inference import OnnxModel
 from mlops.settings import Settings
-from pipelines.steps.train import TrainParams, export_and_check, log_training_to_mlflow, train_model
+from pipelines.steps.export import export_and_check, log_model_to_mlflow
+from pipelines.steps.train import TrainParams, train_model
+from pipelines.steps.trained_model import TrainedModel
 from serving.app import create_app
 
 UNKNOWN_CUSTOMER = "C-never-seen"
@@ -60,13 +62,14 @@ def _build(settings: Settings) -> ServedPlatform:
 
     params = TrainParams.from_settings(settings)
     result = train_model(train, val, contract, params)
-    export = export_and_check(result, contract, test, settings.runs_dir / "serving-test",
+    trained = TrainedModel(model=result.model, vocabs=result.vocabs, threshold=result.threshold)
+    export = export_and_check(trained, contract, test, settings.runs_dir / "serving-test",
                               settings.parity_tolerance, metadata={"model_name": settings.model_name})
 
     experiment_id = registry.ensure_experiment(settings)
     client = registry.client(settings)
     run_id = client.create_run(experiment_id).info.run_id
-    model_uri = log_training_to_mlflow(run_id, params, result, export, extra_params={"rows": str(N_ROWS)})
+    model_uri = log_model_to_mlflow(run_id, export)
     client.set_terminated(run_id)
     version = registry.register_version(settings, model_uri, run_id, tags={"source": "tests/serving"})
     registry.promote(settings, version)
