@@ -39,7 +39,6 @@ def log_training(run_id: str, params: TrainParams, result: TrainResult, *, finge
     now_ms = int(time.time() * 1000)
     logged = {
         **params_to_log(params),
-        "seed": str(params.seed),
         "seeds": "python random, numpy, torch (CPU and CUDA) = seed; torch dropout RNG = seed + rank",
         "deterministic_algorithms": "true",
         "optimizer": "adam",
@@ -50,7 +49,7 @@ def log_training(run_id: str, params: TrainParams, result: TrainResult, *, finge
         "precision_used": result.precision,
         "epochs_run": str(len(result.history)),
         "training_fingerprint": fingerprint,
-        "git_commit": git_commit(),
+        "train_git_commit": git_commit(),  # ingest records its own; the code may have moved since
         **{f"{name}_sha256": digest for name, digest in data_sha256.items()},
         **{f"version_{name}": version for name, version in library_versions().items()},
     }

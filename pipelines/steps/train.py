@@ -31,6 +31,7 @@ from pipelines.checkpoint import CheckpointStore, PreemptionFlag, TrainingPreemp
 from pipelines.distributed import Rank, any_rank, pick_device, shard, sum_over_ranks
 from pipelines.steps.calibration import CalibrationReport, calibration_report, fit_platt
 from pipelines.steps.system_metrics import SystemMetrics, device_metrics
+from pipelines.steps.trained_model import TrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,11 @@ class TrainResult:
     @property
     def best(self) -> EpochMetrics:
         return self.history[self.best_epoch - 1]
+
+    @property
+    def trained(self) -> TrainedModel:
+        """What the export step needs: weights with calibration, vocabularies, threshold."""
+        return TrainedModel(model=self.model, vocabs=self.vocabs, threshold=self.threshold)
 
 
 class _Logits(torch.nn.Module):

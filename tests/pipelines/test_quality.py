@@ -22,7 +22,6 @@ from pipelines.steps.quality import (
     slice_regressions,
 )
 from pipelines.steps.train import TrainParams, train_model
-from pipelines.steps.trained_model import TrainedModel
 
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 GATES = QualityGates(slice_f1_tolerance=0.1, slice_min_positives=1)
@@ -34,8 +33,7 @@ def onnx_model(splits: Splits, contract: DataContract, tmp_path_factory: pytest.
                          hidden_sizes=(32, 16), dropout=0.1, weight_decay=0.0, precision="fp32",
                          compile_model=False)
     result = train_model(splits[0], splits[1], contract, params)
-    trained = TrainedModel(model=result.model, vocabs=result.vocabs, threshold=result.threshold)
-    export = export_and_check(trained, contract, splits[2], tmp_path_factory.mktemp("quality"), 1e-5, {})
+    export = export_and_check(result.trained, contract, splits[2], tmp_path_factory.mktemp("quality"), 1e-5, {})
     return OnnxModel(export.onnx_path)
 
 

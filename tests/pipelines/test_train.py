@@ -20,7 +20,7 @@ from mlops.model import encode
 from mlops.settings import Settings
 from pipelines.steps.export import ExportResult, export_and_check, log_model_to_mlflow
 from pipelines.steps.train import EpochMetrics, TrainParams, TrainResult, train_model
-from pipelines.steps.trained_model import TrainedModel, load_trained, save_trained
+from pipelines.steps.trained_model import load_trained, save_trained
 from pipelines.train_tracking import log_training, params_from_run
 
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
@@ -41,9 +41,7 @@ def exported(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> ExportResult:
     out = tmp_path_factory.mktemp("train-export")
-    result = trained[0]
-    model = TrainedModel(model=result.model, vocabs=result.vocabs, threshold=result.threshold)
-    return export_and_check(model, contract, splits[2], out, tolerance=1e-5, metadata={"run": "test"})
+    return export_and_check(trained[0].trained, contract, splits[2], out, tolerance=1e-5, metadata={"run": "test"})
 
 
 @pytest.fixture

@@ -27,7 +27,6 @@ from mlops.inference import OnnxModel
 from mlops.settings import Settings
 from pipelines.steps.export import export_and_check, log_model_to_mlflow
 from pipelines.steps.train import TrainParams, train_model
-from pipelines.steps.trained_model import TrainedModel
 from serving.app import create_app
 
 UNKNOWN_CUSTOMER = "C-never-seen"
@@ -62,8 +61,7 @@ def _build(settings: Settings) -> ServedPlatform:
 
     params = TrainParams.from_settings(settings)
     result = train_model(train, val, contract, params)
-    trained = TrainedModel(model=result.model, vocabs=result.vocabs, threshold=result.threshold)
-    export = export_and_check(trained, contract, test, settings.runs_dir / "serving-test",
+    export = export_and_check(result.trained, contract, test, settings.runs_dir / "serving-test",
                               settings.parity_tolerance, metadata={"model_name": settings.model_name})
 
     experiment_id = registry.ensure_experiment(settings)
