@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import random
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
@@ -210,6 +211,8 @@ class _Trainer:
                  rank: Rank, checkpointing: Checkpointing | None) -> None:
         self.params, self.rank, self.ckpt = params, rank, checkpointing
         device = rank.device
+        random.seed(params.seed)
+        np.random.seed(params.seed)
         torch.manual_seed(params.seed)  # identical initial weights on every rank
         self.vocabs = fit_vocabularies(contract)
         self.x_num, self.x_cat, self.y = _tensors(train, contract, self.vocabs, device, "train")
