@@ -1,9 +1,10 @@
 """Training-loop throughput: index slices of device tensors vs a DataLoader over the same tensors.
 
-    .venv/bin/python benchmarks/train_input_path.py [--rows 200000] [--epochs 3] [--batch-size 512]
+    .venv/bin/python benchmarks/train_input_path.py [--rows 200000] [--epochs 3] [--batch-size 512] [--rounds 2]
 
 Both paths run the same model, loss and optimiser step on the same data; only how a batch is
-formed differs. Prints samples/s for each, side by side, and the ratio. One run, no assertions.
+formed differs. Prints the best samples/s of each over the rounds, side by side, and the ratio.
+No assertions.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=512)
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -80,16 +82,20 @@ def main() -> None:
     paths = [("tensor index slices (the train step)", tensor_slices),
              ("DataLoader, 0 workers", data_loader(0)),
              ("DataLoader, 2 workers", data_loader(2))]
-    results = []
+    best: dict[str, float] = {}
     warm_up = tuple(t[: args.batch_size * 20] for t in data)
-    for name, batches in paths:
-        torch.manual_seed(0)
-        model = FraudMLP.for_contract(contract, vocabs).to(device)
-        samples_per_s(batches, warm_up, model, args.batch_size, 1)  # lazy initialisation, worker start-up paths
-        results.append((name, samples_per_s(batches, data, model, args.batch_size, args.epochs)))
+    # Rounds alternate the paths, so a neighbour's load on a shared machine hits them all alike; best kept.
+    for _ in range(args.rounds):
+        for name, batches in paths:
+            torch.manual_seed(0)
+            model = FraudMLP.for_contract(contract, vocabs).to(device)
+            samples_per_s(batches, warm_up, model, args.batch_size, 1)  # lazy initialisation, worker start-up
+            rate = samples_per_s(batches, data, model, args.batch_size, args.epochs)
+            best[name] = max(best.get(name, 0.0), rate)
+    results = list(best.items())
     base = results[0][1]
     print(f"{args.rows:,} rows x {args.epochs} epochs, batch {args.batch_size}, device {device}, "
-          f"torch threads {torch.get_num_threads()}")
+          f"torch threads {torch.get_num_threads()}, best of {args.rounds} rounds")
     print(f"{'input path':<40} {'samples/s':>12} {'vs slices':>10}")
     for name, rate in results:
         print(f"{name:<40} {rate:>12,.0f} {rate / base:>9.2f}x")
