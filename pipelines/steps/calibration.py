@@ -7,6 +7,7 @@ its forward pass, so the exported ONNX graph serves the calibrated probability.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from sklearn.linear_model import LogisticRegression
 
 _BINS = 10
+log = logging.getLogger(__name__)
 
 
 class ReliabilityBin(BaseModel):
@@ -35,10 +37,33 @@ class CalibrationReport(BaseModel):
 
 
 def fit_platt(logits: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
-    """(scale, bias) so that sigmoid(scale * logit + bias) matches the observed fraud rate."""
+    """(scale, bias) so that sigmoid(scale * logit + bias) matches the observed fraud rate.
+
+    The scale stays positive: calibration may move scores, never reorder them. When the best fit
+    has a scale <= 0 (validation shows no signal in the ranking), only the bias is fitted (scale 1),
+    which keeps the model's ranking and its decisions and still matches the mean fraud rate.
+    """
+    logits = logits.astype(np.float64)
     # A large C: plain maximum likelihood; two parameters cannot overfit thousands of rows.
-    fit = LogisticRegression(C=1e6, max_iter=1000).fit(logits.reshape(-1, 1).astype(np.float64), labels)
-    return float(fit.coef_[0, 0]), float(fit.intercept_[0])
+    fit = LogisticRegression(C=1e6, max_iter=1000).fit(logits.reshape(-1, 1), labels)
+    scale, bias = float(fit.coef_[0, 0]), float(fit.intercept_[0])
+    if scale > 0:
+        return scale, bias
+    log.warning("validation scores carry no ranking signal (Platt scale %.3g); fitting the bias only", scale)
+    return 1.0, _bias_only(logits, labels.astype(np.float64))
+
+
+def _bias_only(logits: np.ndarray, labels: np.ndarray) -> float:
+    """The maximum-likelihood shift b: mean(sigmoid(logit + b)) = fraud rate (bisection; it is monotone in b)."""
+    low, high = -60.0, 60.0
+    target = float(labels.mean())
+    for _ in range(200):
+        middle = (low + high) / 2
+        if float(np.mean(1.0 / (1.0 + np.exp(-(logits + middle))))) < target:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
 
 
 def calibration_report(labels: np.ndarray, proba: np.ndarray, bins: int = _BINS) -> CalibrationReport:

@@ -62,6 +62,15 @@ def test_platt_scaling_repairs_overconfident_scores() -> None:
     assert fixed.brier < raw.brier
 
 
+def test_calibration_never_reverses_the_ranking() -> None:
+    rng = np.random.default_rng(1)
+    logits = rng.normal(0.0, 2.0, size=5_000)
+    labels = (rng.random(logits.size) < 1 / (1 + np.exp(logits))).astype(int)  # higher logit, *less* fraud
+    scale, bias = fit_platt(logits, labels)
+    assert scale == 1.0  # a negative slope would flip every decision; only the bias moves
+    assert np.mean(1 / (1 + np.exp(-(logits + bias)))) == pytest.approx(labels.mean(), abs=1e-6)
+
+
 def test_slices_cover_categories_and_unknown_entities(splits: Splits, contract: DataContract) -> None:
     train, _, test = splits
     masks = slice_masks(test, train, contract)
