@@ -24,7 +24,7 @@ from mlops.data.ingest import ingest
 from mlops.errors import DataValidationError, PipelineError
 from mlops.inference import OnnxModel
 from mlops.settings import Settings
-from pipelines.logs import configure_logging
+from pipelines.logs import configure_logging as configure_logging  # the components import it from here
 from pipelines.provenance import git_commit
 from pipelines.steps.deploy import deploy_version, promotion_tags
 from pipelines.steps.evaluate import EvaluationReport, QualityGates, evaluate
@@ -32,7 +32,6 @@ from pipelines.steps.preprocess import preprocess
 from pipelines.steps.validate import check_snapshot, log_validation_to_mlflow, raise_for_failures
 
 log = logging.getLogger(__name__)
-__all__ = ["configure_logging"]  # the components import it from here
 
 
 def _context() -> tuple[Settings, DataContract]:
