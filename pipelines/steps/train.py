@@ -37,6 +37,7 @@ from pipelines.steps.trained_model import TrainedModel
 log = logging.getLogger(__name__)
 
 _EVAL_BATCH = 8192
+_PREEMPTION_CHECK_EVERY = 16  # steps, when distributed
 
 
 class TrainParams(BaseModel):
@@ -297,7 +298,9 @@ class _Trainer:
             self.optimizer.step()
             running += loss.detach() * len(idx)
             p.step_in_epoch, p.global_step = step + 1, p.global_step + 1
-            preempted = self.ckpt is not None and any_rank(self.ckpt.preemption.requested, self.rank)
+            # Across ranks the flag costs an all-reduce and a host sync, so ranks compare it every few steps.
+            check = not self.rank.distributed or (step + 1) % _PREEMPTION_CHECK_EVERY == 0 or step + 1 == steps
+            preempted = self.ckpt is not None and check and any_rank(self.ckpt.preemption.requested, self.rank)
             if preempted or (self.ckpt is not None and time.monotonic() - last_save > self.ckpt.interval_s):
                 p.loss_sum = float(running)
                 self._save()
