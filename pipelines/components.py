@@ -55,20 +55,31 @@ def preprocess(snapshot: Input[Dataset], run_id: str, train: Output[Dataset],
 
 @dsl.component(base_image=PIPELINE_IMAGE, install_kfp_package=False)
 def train(train: Input[Dataset], validation: Input[Dataset], test: Input[Dataset], run_id: str,
-          model: Output[Model]) -> str:
-    """PyTorch training (GPU when present), ONNX export with parity check; returns the model URI."""
+          model: Output[Model]) -> None:
+    """PyTorch training (GPU when present, torchrun over all of this pod's GPUs); checkpoints, resumes."""
     from pathlib import Path
 
     from pipelines.tasks import configure_logging, train_task
 
     configure_logging()
-    return train_task(Path(train.path), Path(validation.path), Path(test.path), run_id, Path(model.path))
+    train_task(Path(train.path), Path(validation.path), Path(test.path), run_id, Path(model.path))
 
 
 @dsl.component(base_image=PIPELINE_IMAGE, install_kfp_package=False)
-def evaluate(test: Input[Dataset], model: Input[Model], model_uri: str, run_id: str,
+def export(model: Input[Model], test: Input[Dataset], run_id: str, onnx: Output[Model]) -> str:
+    """ONNX export with preprocessing and calibration inside, parity check; returns the MLflow model URI."""
+    from pathlib import Path
+
+    from pipelines.tasks import configure_logging, export_task
+
+    configure_logging()
+    return export_task(Path(model.path), Path(test.path), run_id, Path(onnx.path))
+
+
+@dsl.component(base_image=PIPELINE_IMAGE, install_kfp_package=False)
+def evaluate(train: Input[Dataset], test: Input[Dataset], model: Input[Model], model_uri: str, run_id: str,
              evaluation: Output[Artifact]) -> str:
-    """Holdout metrics vs. production; registers the candidate; returns "promote" or "reject".
+    """Holdout metrics, slices, behaviour vs. production; registers the candidate; returns "promote" or "reject".
 
     A single plain output on purpose: kfp.local resolves dsl.If conditions on a task's single
     output but not on a named field of a NamedTuple output (kfp 2.17). The registered version
@@ -79,7 +90,7 @@ def evaluate(test: Input[Dataset], model: Input[Model], model_uri: str, run_id: 
     from pipelines.tasks import configure_logging, evaluate_task
 
     configure_logging()
-    decision, _version = evaluate_task(Path(test.path), Path(model.path), model_uri, run_id,
+    decision, _version = evaluate_task(Path(train.path), Path(test.path), Path(model.path), model_uri, run_id,
                                        Path(evaluation.path))
     return decision
 

@@ -1,4 +1,4 @@
-"""The training pipeline: ingest -> validate -> preprocess -> train -> evaluate -> (if better) deploy.
+"""The training pipeline: ingest -> validate -> preprocess -> train -> export -> evaluate -> (if better) deploy.
 
 Compiled to pipelines/training_pipeline.yaml (IR YAML, committed); `mlops pipeline compile`
 rewrites it and a test fails when it is stale.
@@ -26,12 +26,14 @@ def training_pipeline(source: str, run_name: str = "") -> None:
     trained = components.train(train=features.outputs["train"], validation=features.outputs["validation"],
                                test=features.outputs["test"], run_id=run_id)
     run_on_gpu_queue(trained)
-    evaluated = components.evaluate(test=features.outputs["test"], model=trained.outputs["model"],
-                                    model_uri=trained.outputs["Output"], run_id=run_id)
+    exported = components.export(model=trained.outputs["model"], test=features.outputs["test"], run_id=run_id)
+    evaluated = components.evaluate(train=features.outputs["train"], test=features.outputs["test"],
+                                    model=exported.outputs["onnx"], model_uri=exported.outputs["Output"],
+                                    run_id=run_id)
     with dsl.If(evaluated.outputs["Output"] == "promote", name="better-than-production"):
         deployed = components.deploy(run_id=run_id)
     # Every step reads or writes shared state (registry, feature store): never reuse cached results.
-    for task in (ingested, validated, features, trained, evaluated, deployed):
+    for task in (ingested, validated, features, trained, exported, evaluated, deployed):
         task.set_caching_options(enable_caching=False)
 
 

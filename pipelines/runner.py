@@ -10,6 +10,7 @@ MLflow server that does not answer. The steps' streamed logs go to one log file 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import warnings
@@ -44,7 +45,9 @@ class PipelineOutcome:
 
 def settings_env(settings: Settings) -> dict[str, str]:
     """The settings as MLOPS_* variables, with paths made absolute for the step processes."""
-    env = {f"MLOPS_{k.upper()}": str(v) for k, v in settings.model_dump(exclude_none=True).items()}
+    # Tuples travel as JSON, the form pydantic-settings parses back.
+    env = {f"MLOPS_{k.upper()}": v if isinstance(v, str) else json.dumps(v)
+           for k, v in settings.model_dump(mode="json", exclude_none=True).items()}
     env["MLOPS_HOME"] = str(settings.resolved_home)
     env["MLOPS_CONTRACT_PATH"] = str(settings.contract_path.expanduser().resolve())
     return env

@@ -7,9 +7,9 @@ the ingest task opens; a failing step marks that run FAILED.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,13 +24,14 @@ from mlops.data.ingest import ingest
 from mlops.errors import DataValidationError, PipelineError
 from mlops.inference import OnnxModel
 from mlops.settings import Settings
+from pipelines.logs import configure_logging as configure_logging  # the components import it from here
+from pipelines.provenance import git_commit
 from pipelines.steps.deploy import deploy_version, promotion_tags
-from pipelines.steps.evaluate import evaluate
-from pipelines.steps.preprocess import SPLITS, preprocess
+from pipelines.steps.evaluate import EvaluationReport, QualityGates, evaluate
+from pipelines.steps.preprocess import preprocess
 from pipelines.steps.validate import check_snapshot, log_validation_to_mlflow, raise_for_failures
 
 log = logging.getLogger(__name__)
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def _context() -> tuple[Settings, DataContract]:
@@ -38,15 +39,6 @@ def _context() -> tuple[Settings, DataContract]:
     settings = Settings()
     registry.client(settings)
     return settings, load_contract(settings.contract_path)
-
-
-def git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                             text=True, timeout=10, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return out.stdout.strip()
 
 
 @contextmanager
@@ -105,57 +97,75 @@ def preprocess_task(snapshot: Path, run_id: str, split_paths: dict[str, Path]) -
     log.info("splits: %s", ", ".join(f"{s.name}={s.rows}" for s in summaries))
 
 
-def train_task(train: Path, validation: Path, test: Path, run_id: str, model_dir: Path) -> str:
-    """Train, export ONNX with parity check, log to MLflow; returns the logged model URI."""
-    from pipelines.steps.train import (
-        EpochMetrics,
-        TrainParams,
-        export_and_check,
-        log_training_to_mlflow,
-        train_model,
-    )
+def train_task(train: Path, validation: Path, test: Path, run_id: str, model_dir: Path) -> None:
+    """Train (under torchrun when this pod has several GPUs); rank 0 leaves model.pt in ``model_dir``."""
+    from pipelines.train_entry import launch_on_local_gpus, run_training
+
+    settings, _ = _context()
+    paths = {"train": train, "validation": validation, "test": test}
+    checkpoints = settings.resolved_checkpoint_dir
+    with tracked_step(run_id, "train"):
+        if not launch_on_local_gpus(paths, model_dir, checkpoints, run_id):
+            run_training(paths, model_dir, checkpoints, run_id=run_id, settings=settings, resume_key=run_id)
+
+
+def export_task(model_dir: Path, test: Path, run_id: str, onnx_dir: Path) -> str:
+    """ONNX export with parity check and calibration figures, logged to MLflow; returns the model URI."""
+    from pipelines.steps.export import export_and_check, log_model_to_mlflow, uncalibrated_report
+    from pipelines.steps.trained_model import MODEL_FILE, load_trained
+    from pipelines.train_entry import SUMMARY_FILE
 
     settings, contract = _context()
-    params = TrainParams.from_settings(settings)
-    frames = {name: pd.read_parquet(path) for name, path in zip(SPLITS, (train, validation, test), strict=True)}
-
-    def show(epoch: EpochMetrics) -> None:
-        log.info("epoch %d/%d: train loss %.4f, val loss %.4f, val PR-AUC %.4f, val ROC-AUC %.4f", epoch.epoch,
-                 params.max_epochs, epoch.train_loss, epoch.val_loss, epoch.val_pr_auc, epoch.val_roc_auc)
-
-    with tracked_step(run_id, "train"):
-        result = train_model(frames["train"], frames["validation"], contract, params, on_epoch=show)
-        run = mlflow.get_run(run_id)
-        export = export_and_check(result, contract, frames["test"], model_dir, settings.parity_tolerance,
-                                  metadata={"run_id": run_id,
-                                            "dataset_sha256": run.data.params.get("dataset_sha256", "")})
-        model_uri = log_training_to_mlflow(run_id, params, result, export,
-                                           extra_params={"train_device_requested": settings.device})
-    log.info("trained on %s: best epoch %d, threshold %.4f, parity %.2e", result.device, result.best_epoch,
-             result.threshold, export.max_abs_diff)
+    trained = load_trained(model_dir / MODEL_FILE, contract)
+    summary = json.loads((model_dir / SUMMARY_FILE).read_text())
+    frame = pd.read_parquet(test)
+    with tracked_step(run_id, "export"):
+        export = export_and_check(trained, contract, frame, onnx_dir, settings.parity_tolerance,
+                                  metadata={"training_fingerprint": summary["fingerprint"],
+                                            "train_sha256": summary["data_sha256"]["train"]})
+        uncalibrated = uncalibrated_report(trained, contract, frame)
+        mlflow.log_metrics({"test_brier_uncalibrated": uncalibrated.brier,
+                            "test_ece_uncalibrated": uncalibrated.ece})
+        model_uri = log_model_to_mlflow(run_id, export)
+    log.info("exported %s (sha256 %s), parity %.2e", export.onnx_path, export.sha256[:12], export.max_abs_diff)
     return model_uri
 
 
-def evaluate_task(test: Path, model_dir: Path, model_uri: str, run_id: str,
+def evaluation_metrics(report: EvaluationReport) -> dict[str, float]:
+    """The report as flat MLflow metrics: test_*, production_test_*, calibration, slices, behaviour."""
+    metrics = {f"test_{k}": v for k, v in report.candidate.model_dump().items()}
+    if report.production is not None:
+        metrics.update({f"production_test_{k}": v for k, v in report.production.model_dump().items()})
+    if report.calibration is not None:
+        metrics.update({"test_brier": report.calibration.brier, "test_ece": report.calibration.ece})
+    for row in report.slices:
+        metrics[f"slice_f1/{row.name.replace('=', '_')}"] = row.f1
+    if report.behaviour is not None:
+        metrics["behaviour_invariance_max_abs_diff"] = report.behaviour.invariance_max_abs_diff
+        metrics["behaviour_directional_mean_delta"] = report.behaviour.directional_mean_delta
+    return metrics
+
+
+def evaluate_task(train: Path, test: Path, model_dir: Path, model_uri: str, run_id: str,
                   eval_dir: Path) -> tuple[str, str]:
     """Score candidate and production, register the candidate with the decision; returns (decision, version)."""
     settings, contract = _context()
     frame = pd.read_parquet(test)
     candidate = OnnxModel(model_dir / registry.ONNX_FILE)
     prod_version = registry.alias_version(settings)
+    gates = QualityGates(slice_f1_tolerance=settings.slice_f1_tolerance,
+                         slice_min_positives=settings.slice_min_positives)
     with tracked_step(run_id, "evaluate"), tempfile.TemporaryDirectory() as tmp:
         production = None
         if prod_version is not None:
             production = OnnxModel(registry.download_version(settings, prod_version, Path(tmp)).onnx_path)
         report = evaluate(frame, contract, candidate, production, prod_version, settings.promotion_margin,
-                          eval_dir)
-        mlflow.log_metrics({f"test_{k}": v for k, v in report.candidate.model_dump().items()})
-        if report.production is not None:
-            mlflow.log_metrics({f"production_test_{k}": v for k, v in report.production.model_dump().items()})
+                          eval_dir, train=pd.read_parquet(train), gates=gates)
+        mlflow.log_metrics(evaluation_metrics(report))
         (eval_dir / "report.json").write_text(report.model_dump_json(indent=2))
         mlflow.log_artifacts(str(eval_dir), "evaluation")
         version = registry.register_version(settings, model_uri, run_id, promotion_tags(report))
-        mlflow.set_tags({"decision": report.decision, "decision_reason": report.reason,
+        mlflow.set_tags({"decision": report.decision, "decision_reason": report.reason[:4000],
                          "registered_version": version})
     log.info("registered %s v%s: %s (%s)", settings.model_name, version, report.decision, report.reason)
     return report.decision, version
@@ -173,11 +183,3 @@ def deploy_task(run_id: str) -> None:
         mlflow.set_tags({"deployed_version": version})
     log.info("%s v%s now holds alias %r (was %s)", settings.model_name, version, settings.serving_alias,
              previous or "none")
-
-
-def configure_logging() -> None:
-    """Log lines of a step process (KFP shows them per task): ours at INFO, libraries' at WARNING."""
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s",
-                        force=True)
-    for name in ("mlops", "pipelines"):
-        logging.getLogger(name).setLevel(logging.INFO)

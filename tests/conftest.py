@@ -7,11 +7,15 @@ import copy
 import gc
 import sys
 import warnings
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
 import pytest
 
 from mlops.contract import DataContract, load_contract
+from mlops.data.generator import generate_transactions
+from mlops.features import replay_features
 from mlops.settings import BUNDLED_CONTRACT
 
 if TYPE_CHECKING:
@@ -22,6 +26,39 @@ if TYPE_CHECKING:
 def contract() -> DataContract:
     """The bundled example contract (card transactions)."""
     return load_contract(BUNDLED_CONTRACT)
+
+
+# Small train/validation/test splits with the contract's features, shared by the training tests.
+Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
+
+
+def with_features(df: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
+    """The contract's window and time features of each row, as serving would compute them."""
+    return pd.concat([df, replay_features(df, contract)], axis=1)
+
+
+def make_splits(contract: DataContract, rows: int = 3000, seed: int = 3) -> Splits:
+    df = with_features(generate_transactions(rows, seed=seed, fraud_rate=0.03), contract)
+    n = len(df)
+    return df.iloc[: int(n * 0.7)], df.iloc[int(n * 0.7): int(n * 0.85)], df.iloc[int(n * 0.85):]
+
+
+def write_splits(splits: Splits, data_dir: Path) -> Path:
+    """The splits as preprocess leaves them: train/validation/test.parquet in one folder."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for name, frame in zip(("train", "validation", "test"), splits, strict=True):
+        frame.to_parquet(data_dir / f"{name}.parquet", index=False)
+    return data_dir
+
+
+@pytest.fixture(scope="session")
+def splits(contract: DataContract) -> Splits:
+    return make_splits(contract)
+
+
+@pytest.fixture(scope="session")
+def data_dir(splits: Splits, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_splits(splits, tmp_path_factory.mktemp("splits"))
 
 
 

@@ -1,5 +1,6 @@
 """Evaluate: holdout metrics at the model's threshold, the production model on the same holdout,
-the promotion decision, and pictures (PR curve, confusion matrix) for people."""
+calibration, per-slice metrics and behavioural tests, the promotion decision, and pictures
+(PR curve, confusion matrix, reliability curve) for people."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from sklearn.metrics import (
     average_precision_score,
     confusion_matrix,
@@ -21,6 +22,15 @@ from sklearn.metrics import (
 
 from mlops.contract import DataContract
 from mlops.inference import OnnxModel
+from pipelines.steps.calibration import CalibrationReport, calibration_report, plot_reliability
+from pipelines.steps.quality import (
+    BehaviourReport,
+    SliceMetrics,
+    behavioural_tests,
+    slice_masks,
+    slice_metrics,
+    slice_regressions,
+)
 
 Decision = Literal["promote", "reject"]
 
@@ -36,6 +46,15 @@ class Metrics(BaseModel):
     threshold: float
 
 
+class QualityGates(BaseModel):
+    """What besides overall F1 can block a promotion."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    slice_f1_tolerance: float
+    slice_min_positives: int
+
+
 class EvaluationReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -45,6 +64,10 @@ class EvaluationReport(BaseModel):
     margin: float
     decision: Decision
     reason: str
+    calibration: CalibrationReport | None = None
+    slices: list[SliceMetrics] = Field(default_factory=list)
+    production_slices: list[SliceMetrics] = Field(default_factory=list)
+    behaviour: BehaviourReport | None = None
 
 
 def compute_metrics(labels: np.ndarray, proba: np.ndarray, threshold: float) -> Metrics:
@@ -70,25 +93,42 @@ def decide(candidate: Metrics, production: Metrics | None, margin: float) -> tup
     return "reject", f"F1 {candidate.f1:.4f} does not beat production {production.f1:.4f} + margin {margin}"
 
 
+def apply_gates(decision: Decision, reason: str, blockers: list[str]) -> tuple[Decision, str]:
+    """A promotion the F1 rule allows is still refused when a slice regressed or a behavioural test failed."""
+    if decision == "reject" or not blockers:
+        return decision, reason
+    return "reject", f"{reason}, but blocked: {'; '.join(blockers)}"
+
+
 def evaluate(test: pd.DataFrame, contract: DataContract, candidate: OnnxModel,
              production: OnnxModel | None, production_version: str | None, margin: float,
-             out_dir: Path) -> EvaluationReport:
-    """Score both models on ``test``, decide, and write pr_curve.png and confusion_matrix.png."""
+             out_dir: Path, *, train: pd.DataFrame, gates: QualityGates) -> EvaluationReport:
+    """Score both models on ``test``, run slices and behavioural tests, decide, and draw the pictures."""
     labels = test[contract.label_column].to_numpy().astype(int)
     proba = candidate.predict_proba(test)
     cand_metrics = compute_metrics(labels, proba, candidate.threshold)
+    masks = slice_masks(test, train, contract)
+    slices = slice_metrics(labels, proba, candidate.threshold, masks)
     prod_metrics = None
     prod_proba = None
+    prod_slices: list[SliceMetrics] = []
     if production is not None:
         prod_proba = production.predict_proba(test)
         prod_metrics = compute_metrics(labels, prod_proba, production.threshold)
+        prod_slices = slice_metrics(labels, prod_proba, production.threshold, masks)
+    behaviour = behavioural_tests(candidate, test, contract)
     decision, reason = decide(cand_metrics, prod_metrics, margin)
+    blockers = slice_regressions(slices, prod_slices, gates.slice_f1_tolerance, gates.slice_min_positives)
+    decision, reason = apply_gates(decision, reason, blockers + behaviour.failures)
+    calibration = calibration_report(labels, proba)
     out_dir.mkdir(parents=True, exist_ok=True)
     _plot_pr_curves(labels, proba, prod_proba, production_version, out_dir / "pr_curve.png")
     _plot_confusion(labels, (proba >= candidate.threshold).astype(int), out_dir / "confusion_matrix.png")
+    plot_reliability(calibration, out_dir / "reliability_curve.png", "Served probability, test split")
     return EvaluationReport(candidate=cand_metrics, production=prod_metrics,
                             production_version=production_version, margin=margin,
-                            decision=decision, reason=reason)
+                            decision=decision, reason=reason, calibration=calibration, slices=slices,
+                            production_slices=prod_slices, behaviour=behaviour)
 
 
 def _pyplot() -> Any:

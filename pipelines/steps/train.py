@@ -1,24 +1,24 @@
-"""Train step: fit the fraud MLP, export it to ONNX with a parity check, log it all to MLflow.
+"""Train step: fit the fraud MLP on tensors held on the training device, resumable and data-parallel.
 
-Plain typed functions; the KFP component and the CLI wrap them. Training is reproducible on CPU
-(seeds, deterministic algorithms, a seeded shuffling generator) and uses a GPU when one is there.
+The training set lives on the device and batches are index slices of it (no DataLoader: for
+in-memory tabular data its per-batch collation only costs time; benchmarks/ measures it). Each
+epoch's permutation comes from (seed, epoch), so a resumed run and every rank of a distributed run
+agree on it; each rank takes its own shard. Checkpoints carry model, optimiser, scheduler, RNG
+state and the position in the epoch, so a run stopped by SIGTERM resumes bit for bit on the CPU.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, fields
-from importlib import metadata
-from pathlib import Path
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
 
 import numpy as np
-import onnx
 import pandas as pd
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -27,20 +27,21 @@ from sklearn.metrics import average_precision_score, precision_recall_curve, roc
 from mlops.contract import DataContract
 from mlops.errors import TrainingError
 from mlops.model import FraudMLP, encode, fit_vocabularies
-from mlops.onnx_export import check_parity, export_onnx
-from mlops.registry import ONNX_FILE
 from mlops.settings import Settings
-
-if TYPE_CHECKING:
-    from mlflow.models.signature import ModelSignature
+from pipelines.checkpoint import CheckpointStore, PreemptionFlag, TrainingPreempted
+from pipelines.distributed import Rank, any_rank, pick_device, shard, sum_over_ranks
+from pipelines.steps.calibration import CalibrationReport, calibration_report, fit_platt
+from pipelines.steps.system_metrics import SystemMetrics, device_metrics
+from pipelines.steps.trained_model import TrainedModel
 
 log = logging.getLogger(__name__)
 
 _EVAL_BATCH = 8192
+_PREEMPTION_CHECK_EVERY = 16  # steps, when distributed
 
 
 class TrainParams(BaseModel):
-    """The training knobs; their defaults live in Settings (``from_settings``), not here."""
+    """Everything that decides the trained weights; defaults live in Settings (``from_settings``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -50,6 +51,11 @@ class TrainParams(BaseModel):
     batch_size: int = Field(ge=1)
     learning_rate: float = Field(gt=0)
     device: str = Field(pattern="^(auto|cpu|cuda)$")
+    hidden_sizes: tuple[int, ...] = Field(min_length=1)
+    dropout: float = Field(ge=0, lt=1)
+    weight_decay: float = Field(ge=0)
+    precision: Literal["auto", "fp32", "bf16"]
+    compile_model: bool
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TrainParams:
@@ -65,41 +71,73 @@ class EpochMetrics:
     val_roc_auc: float
 
 
+EPOCH_KEYS = tuple(f.name for f in fields(EpochMetrics) if f.name != "epoch")
+
+
+@dataclass
+class Checkpointing:
+    """Where and how often to checkpoint; ``fingerprint`` guards against resuming another run's state."""
+
+    store: CheckpointStore
+    fingerprint: str
+    interval_s: float = 120.0
+    preemption: PreemptionFlag = field(default_factory=PreemptionFlag)
+
+
+@dataclass
+class _Progress:
+    epoch: int = 1
+    step_in_epoch: int = 0
+    global_step: int = 0
+    loss_sum: float = 0.0
+    history: list[EpochMetrics] = field(default_factory=list)
+    system: list[SystemMetrics] = field(default_factory=list)
+    best_score: float = -1.0
+    best_epoch: int = 0
+    done: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> _Progress:
+        return cls(**{**raw, "history": [EpochMetrics(**m) for m in raw["history"]],
+                      "system": [SystemMetrics(**m) for m in raw["system"]]})
+
+
 @dataclass(frozen=True)
 class TrainResult:
     model: FraudMLP
     vocabs: dict[str, list[str]]
     history: list[EpochMetrics]
+    system: list[SystemMetrics]
     best_epoch: int
     threshold: float
     device: str
+    precision: str
+    world_size: int
+    val_uncalibrated: CalibrationReport
+    val_calibrated: CalibrationReport
 
     @property
     def best(self) -> EpochMetrics:
         return self.history[self.best_epoch - 1]
 
-
-@dataclass(frozen=True)
-class ExportResult:
-    onnx_path: Path
-    max_abs_diff: float
-
-
-_EPOCH_KEYS = tuple(f.name for f in fields(EpochMetrics) if f.name != "epoch")
+    @property
+    def trained(self) -> TrainedModel:
+        """What the export step needs: weights with calibration, vocabularies, threshold."""
+        return TrainedModel(model=self.model, vocabs=self.vocabs, threshold=self.threshold)
 
 
-def _pick_device(requested: str) -> torch.device:
-    device = torch.device("cuda" if requested != "cpu" and torch.cuda.is_available() else "cpu")
-    if requested == "cuda" and device.type != "cuda":
-        log.warning("device=cuda requested but CUDA is not available; training on cpu")
-    log.info("training on %s", device)
-    return device
+class _Logits(torch.nn.Module):
+    """The model's raw score as ``forward``: DistributedDataParallel syncs gradients only through forward."""
 
+    def __init__(self, model: FraudMLP) -> None:
+        super().__init__()
+        self.model = model
 
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+    def forward(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
+        return self.model.logits(numeric, categorical)
 
 
 def _check_labels(labels: np.ndarray, split: str) -> None:
@@ -111,7 +149,7 @@ def _check_labels(labels: np.ndarray, split: str) -> None:
         )
 
 
-def _best_f1_threshold(labels: np.ndarray, probs: np.ndarray) -> float:
+def best_f1_threshold(labels: np.ndarray, probs: np.ndarray) -> float:
     precision, recall, thresholds = precision_recall_curve(labels, probs)
     # The last precision/recall pair has no threshold (recall 0 by convention).
     p, r = precision[:-1], recall[:-1]
@@ -119,13 +157,8 @@ def _best_f1_threshold(labels: np.ndarray, probs: np.ndarray) -> float:
     return float(thresholds[int(np.argmax(f1))])
 
 
-def _tensors(
-    frame: pd.DataFrame,
-    contract: DataContract,
-    vocabs: dict[str, list[str]],
-    device: torch.device,
-    split: str,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _tensors(frame: pd.DataFrame, contract: DataContract, vocabs: dict[str, list[str]], device: torch.device,
+             split: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     numeric, categorical = encode(frame, contract, vocabs)
     bad = [name for name, ok in zip(contract.numeric_inputs, np.isfinite(numeric).all(axis=0), strict=True)
            if not ok]
@@ -137,15 +170,16 @@ def _tensors(
 
 
 @torch.no_grad()
-def _evaluate(
-    model: FraudMLP, loss_fn: torch.nn.Module, numeric: torch.Tensor, categorical: torch.Tensor,
-    labels: torch.Tensor,
-) -> tuple[float, np.ndarray]:
+def _logits(model: FraudMLP, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
     model.eval()
-    logits = torch.cat([model.logits(numeric[i:i + _EVAL_BATCH], categorical[i:i + _EVAL_BATCH])
-                        for i in range(0, len(labels), _EVAL_BATCH)])
-    loss = float(loss_fn(logits, labels))
-    return loss, torch.sigmoid(logits).cpu().numpy()
+    return torch.cat([model.logits(numeric[i:i + _EVAL_BATCH], categorical[i:i + _EVAL_BATCH])
+                      for i in range(0, len(numeric), _EVAL_BATCH)])
+
+
+def _use_bf16(precision: str, device: torch.device) -> bool:
+    if precision == "bf16":
+        return True
+    return precision == "auto" and device.type == "cuda" and torch.cuda.is_bf16_supported()
 
 
 def train_model(
@@ -154,183 +188,185 @@ def train_model(
     contract: DataContract,
     params: TrainParams,
     *,
+    rank: Rank | None = None,
+    checkpointing: Checkpointing | None = None,
     on_epoch: Callable[[EpochMetrics], None] | None = None,
 ) -> TrainResult:
-    """Train with early stopping on validation PR-AUC; the best epoch's weights are kept."""
+    """Train with early stopping on validation PR-AUC, keep the best epoch, calibrate on validation."""
     _check_labels(train[contract.label_column].to_numpy(), "train")
     _check_labels(val[contract.label_column].to_numpy(), "validation")
-    device = _pick_device(params.device)
-    if device.type == "cuda":  # cuBLAS needs this before its first call to be deterministic
+    rank = rank or Rank(rank=0, local_rank=0, world_size=1, device=pick_device(params.device))
+    if rank.device.type == "cuda":  # cuBLAS needs this before its first call to be deterministic
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     was_deterministic = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
+    # CUDA has kernels without a deterministic twin; there a warning, on the CPU a hard guarantee.
+    torch.use_deterministic_algorithms(True, warn_only=rank.device.type == "cuda")
     try:
-        return _fit(train, val, contract, params, device, on_epoch)
+        return _Trainer(train, val, contract, params, rank, checkpointing).run(on_epoch)
     finally:
         torch.use_deterministic_algorithms(was_deterministic)
 
 
-def _fit(
-    train: pd.DataFrame,
-    val: pd.DataFrame,
-    contract: DataContract,
-    params: TrainParams,
-    device: torch.device,
-    on_epoch: Callable[[EpochMetrics], None] | None,
-) -> TrainResult:
-    _seed_everything(params.seed)
-    vocabs = fit_vocabularies(contract)
-    x_num, x_cat, y = _tensors(train, contract, vocabs, device, "train")
-    v_num, v_cat, v_y = _tensors(val, contract, vocabs, device, "validation")
-    model = FraudMLP.for_contract(contract, vocabs).to(device)
-    model.fit_scaler(x_num.cpu().numpy())
-    positives = float(y.sum())
-    # Fraud is rare: weight positives by the negative/positive ratio so they are not ignored.
-    pos_weight = torch.tensor((len(y) - positives) / positives, device=device)
-    loss_fn = torch.nn.BCEWithLogitsLoss(pos_weight=pos_weight)
-    optimizer = torch.optim.Adam(model.parameters(), lr=params.learning_rate)
-    shuffler = torch.Generator().manual_seed(params.seed)
-    val_labels = v_y.cpu().numpy()
+class _Trainer:
+    def __init__(self, train: pd.DataFrame, val: pd.DataFrame, contract: DataContract, params: TrainParams,
+                 rank: Rank, checkpointing: Checkpointing | None) -> None:
+        self.params, self.rank, self.ckpt = params, rank, checkpointing
+        device = rank.device
+        random.seed(params.seed)
+        np.random.seed(params.seed)
+        torch.manual_seed(params.seed)  # identical initial weights on every rank
+        self.vocabs = fit_vocabularies(contract)
+        self.x_num, self.x_cat, self.y = _tensors(train, contract, self.vocabs, device, "train")
+        self.v_num, self.v_cat, self.v_y = _tensors(val, contract, self.vocabs, device, "validation")
+        self.model = FraudMLP.for_contract(contract, self.vocabs, params.hidden_sizes, params.dropout).to(device)
+        self.model.fit_scaler(self.x_num.cpu().numpy())
+        positives = float(self.y.sum())
+        # Fraud is rare: weight positives by the negative/positive ratio so they are not ignored.
+        pos_weight = torch.tensor((len(self.y) - positives) / positives, device=device)
+        self.loss_fn = torch.nn.BCEWithLogitsLoss(pos_weight=pos_weight)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=params.learning_rate,
+                                          weight_decay=params.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
+            self.optimizer, mode="max", factor=0.5, patience=max(1, params.patience // 2))
+        net: torch.nn.Module = _Logits(self.model)
+        if rank.distributed:
+            from torch.nn.parallel import DistributedDataParallel
 
-    history: list[EpochMetrics] = []
-    best_state: dict[str, torch.Tensor] = {}
-    best_score, best_epoch = -1.0, 0
-    for epoch in range(1, params.max_epochs + 1):
-        model.train()
-        order = torch.randperm(len(y), generator=shuffler).to(device)
-        total = 0.0
-        for start in range(0, len(y), params.batch_size):
-            idx = order[start:start + params.batch_size]
-            optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model.logits(x_num[idx], x_cat[idx]), y[idx])
+            ids = [device.index] if device.type == "cuda" else None
+            net = DistributedDataParallel(net, device_ids=ids, forward_sync_buffers=False)
+        self.net: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = (
+            torch.compile(net) if params.compile_model else net)
+        self.bf16 = _use_bf16(params.precision, device)
+        # Dropout noise differs per rank, like a larger batch would draw it.
+        torch.manual_seed(params.seed + rank.rank)
+        self.progress = _Progress()
+        self.best_state: dict[str, torch.Tensor] = {}
+        self.per_rank_batch = math.ceil(params.batch_size / rank.world_size)
+
+    def _payload(self) -> dict[str, Any]:
+        assert self.ckpt is not None
+        cuda = self.rank.device.type == "cuda"
+        return {
+            "fingerprint": self.ckpt.fingerprint,
+            "progress": self.progress.to_dict(),
+            "model": self.model.state_dict(),
+            "best_model": self.best_state,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng_cpu": torch.get_rng_state(),
+            "rng_cuda": torch.cuda.get_rng_state(self.rank.device) if cuda else torch.zeros(0, dtype=torch.uint8),
+        }
+
+    def _save(self) -> None:
+        if self.ckpt is not None and self.rank.is_main:
+            self.ckpt.store.save(self.progress.global_step, self._payload())
+
+    def _resume(self) -> None:
+        payload = self.ckpt.store.latest() if self.ckpt is not None else None
+        if payload is None or self.ckpt is None:
+            return
+        if payload["fingerprint"] != self.ckpt.fingerprint:
+            raise TrainingError(f"checkpoints under {self.ckpt.store.url} belong to another training "
+                                f"configuration or dataset ({payload['fingerprint'][:12]} != "
+                                f"{self.ckpt.fingerprint[:12]}); use another --checkpoint-dir")
+        self.model.load_state_dict(payload["model"])
+        self.best_state = payload["best_model"]
+        self.optimizer.load_state_dict(payload["optimizer"])
+        self.scheduler.load_state_dict(payload["scheduler"])
+        self.progress = _Progress.from_dict(payload["progress"])
+        torch.set_rng_state(payload["rng_cpu"])
+        if self.rank.device.type == "cuda" and payload["rng_cuda"].numel():
+            torch.cuda.set_rng_state(payload["rng_cuda"], self.rank.device)
+        log.info("resumed at epoch %d step %d", self.progress.epoch, self.progress.step_in_epoch)
+
+    def _train_epoch(self, epoch: int) -> SystemMetrics:
+        params, p = self.params, self.progress
+        self.model.train()
+        # The permutation depends on (seed, epoch) only: a resumed run and all ranks agree on it.
+        order = torch.randperm(len(self.y), generator=torch.Generator().manual_seed(params.seed + epoch))
+        mine = shard(order, self.rank).to(self.rank.device)
+        steps = math.ceil(len(mine) / self.per_rank_batch)
+        running = torch.tensor(p.loss_sum, device=self.rank.device)
+        started, first_step, last_save = time.perf_counter(), p.step_in_epoch, time.monotonic()
+        for step in range(p.step_in_epoch, steps):
+            idx = mine[step * self.per_rank_batch:(step + 1) * self.per_rank_batch]
+            self.optimizer.zero_grad(set_to_none=True)
+            with torch.autocast(self.rank.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                logits = self.net(self.x_num[idx], self.x_cat[idx])
+            loss = self.loss_fn(logits.float(), self.y[idx])
             loss.backward()
-            optimizer.step()
-            total += float(loss.detach()) * len(idx)
-        val_loss, val_probs = _evaluate(model, loss_fn, v_num, v_cat, v_y)
-        if not np.isfinite(val_probs).all():
+            self.optimizer.step()
+            running += loss.detach() * len(idx)
+            p.step_in_epoch, p.global_step = step + 1, p.global_step + 1
+            # Across ranks the flag costs an all-reduce and a host sync, so ranks compare it every few steps.
+            check = not self.rank.distributed or (step + 1) % _PREEMPTION_CHECK_EVERY == 0 or step + 1 == steps
+            preempted = self.ckpt is not None and check and any_rank(self.ckpt.preemption.requested, self.rank)
+            if preempted or (self.ckpt is not None and time.monotonic() - last_save > self.ckpt.interval_s):
+                p.loss_sum = float(running)
+                self._save()
+                last_save = time.monotonic()
+            if preempted:
+                raise TrainingPreempted(f"SIGTERM: checkpointed at epoch {epoch} step {p.step_in_epoch}/{steps} "
+                                        f"(global step {p.global_step}); rerun to resume")
+        if self.rank.device.type == "cuda":
+            torch.cuda.synchronize(self.rank.device)
+        elapsed = time.perf_counter() - started
+        p.loss_sum = float(running)
+        samples = (len(mine) - first_step * self.per_rank_batch) * self.rank.world_size
+        return device_metrics(epoch, samples / elapsed if elapsed > 0 else 0.0, self.rank.device)
+
+    def _end_epoch(self, epoch: int, system: SystemMetrics) -> bool:
+        """Validate, keep the best weights, step the scheduler; True when training should stop."""
+        p = self.progress
+        loss_sum, count = sum_over_ranks([p.loss_sum, float(len(shard(self.y, self.rank)))], self.rank)
+        val_logits = _logits(self.model, self.v_num, self.v_cat)
+        if not torch.isfinite(val_logits).all():
             raise TrainingError(f"training diverged at epoch {epoch} (non-finite scores); lower the learning rate")
-        metrics = EpochMetrics(
-            epoch=epoch,
-            train_loss=total / len(y),
-            val_loss=val_loss,
-            val_pr_auc=float(average_precision_score(val_labels, val_probs)),
-            val_roc_auc=float(roc_auc_score(val_labels, val_probs)),
-        )
-        history.append(metrics)
-        if on_epoch is not None:
-            on_epoch(metrics)
-        if metrics.val_pr_auc > best_score:
-            best_score, best_epoch = metrics.val_pr_auc, epoch
-            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        elif epoch - best_epoch >= params.patience:
-            log.info("early stop at epoch %d; best epoch %d (val PR-AUC %.4f)", epoch, best_epoch, best_score)
-            break
+        val_labels, val_probs = self.v_y.cpu().numpy(), torch.sigmoid(val_logits).cpu().numpy()
+        metrics = EpochMetrics(epoch=epoch, train_loss=loss_sum / count,
+                               val_loss=float(self.loss_fn(val_logits, self.v_y)),
+                               val_pr_auc=float(average_precision_score(val_labels, val_probs)),
+                               val_roc_auc=float(roc_auc_score(val_labels, val_probs)))
+        p.history.append(metrics)
+        p.system.append(system)
+        if metrics.val_pr_auc > p.best_score:
+            p.best_score, p.best_epoch = metrics.val_pr_auc, epoch
+            self.best_state = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+        self.scheduler.step(metrics.val_pr_auc)
+        p.epoch, p.step_in_epoch, p.loss_sum = epoch + 1, 0, 0.0
+        # Every rank holds the same weights and validation set, so all reach the same verdict.
+        p.done = epoch >= self.params.max_epochs or epoch - p.best_epoch >= self.params.patience
+        self._save()
+        return p.done
 
-    model.load_state_dict(best_state)
-    _, best_probs = _evaluate(model, loss_fn, v_num, v_cat, v_y)
-    model = model.cpu().eval()
-    return TrainResult(
-        model=model,
-        vocabs=vocabs,
-        history=history,
-        best_epoch=best_epoch,
-        threshold=_best_f1_threshold(val_labels, best_probs),
-        device=device.type,
-    )
+    def run(self, on_epoch: Callable[[EpochMetrics], None] | None) -> TrainResult:
+        self._resume()
+        p = self.progress
+        while not p.done:
+            epoch = p.epoch
+            system = self._train_epoch(epoch)
+            stop = self._end_epoch(epoch, system)
+            if on_epoch is not None:
+                on_epoch(p.history[-1])
+            if stop and epoch < self.params.max_epochs:
+                log.info("early stop at epoch %d; best epoch %d (val PR-AUC %.4f)", epoch, p.best_epoch,
+                         p.best_score)
+        return self._finish()
 
-
-def export_and_check(
-    result: TrainResult,
-    contract: DataContract,
-    test: pd.DataFrame,
-    out_dir: Path,
-    tolerance: float,
-    metadata: dict[str, str],
-) -> ExportResult:
-    """Export to ``out_dir/model.onnx`` and verify it scores ``test`` like the torch model."""
-    path = export_onnx(result.model, contract, result.vocabs, Path(out_dir) / ONNX_FILE,
-                       threshold=result.threshold, metadata=metadata)
-    diff = check_parity(result.model, path, test, contract, result.vocabs, tolerance)
-    log.info("exported %s; parity max abs diff %.3g", path, diff)
-    return ExportResult(onnx_path=path, max_abs_diff=diff)
-
-
-def _signature_from_onnx(model: onnx.ModelProto) -> ModelSignature:
-    """Column signature (one column per raw field) for the MLflow UI and registry checks."""
-    from mlflow.models.signature import ModelSignature
-    from mlflow.types.schema import ColSpec, Schema, TensorSpec
-
-    kinds = {onnx.TensorProto.FLOAT: "float", onnx.TensorProto.STRING: "string"}
-    inputs: list[ColSpec | TensorSpec] = [
-        ColSpec(kinds[i.type.tensor_type.elem_type], i.name) for i in model.graph.input
-    ]
-    outputs: list[ColSpec | TensorSpec] = [ColSpec("float", o.name) for o in model.graph.output]
-    return ModelSignature(inputs=Schema(inputs), outputs=Schema(outputs))
-
-
-def _runtime_requirements() -> list[str]:
-    """Pinned requirements to score the logged model: onnx plus whichever onnxruntime is installed."""
-    pins = [f"onnx=={onnx.__version__}"]
-    for dist in ("onnxruntime-gpu", "onnxruntime"):
-        try:
-            return [*pins, f"{dist}=={metadata.version(dist)}"]
-        except metadata.PackageNotFoundError:
-            continue
-    return pins
-
-
-def log_training_to_mlflow(
-    run_id: str,
-    params: TrainParams,
-    result: TrainResult,
-    export: ExportResult,
-    *,
-    extra_params: dict[str, str],
-) -> str:
-    """Log params, per-epoch and best metrics and the ONNX model to run ``run_id``; returns the model URI."""
-    import mlflow
-    import mlflow.onnx
-    from mlflow.entities import Metric, Param
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient()
-    now_ms = int(time.time() * 1000)
-    logged_params = {
-        **{k: str(v) for k, v in params.model_dump().items()},
-        **extra_params,
-        "device_used": result.device,
-        "epochs_run": str(len(result.history)),
-    }
-    history = [
-        Metric(key=key, value=getattr(m, key), timestamp=now_ms, step=m.epoch)
-        for m in result.history
-        for key in _EPOCH_KEYS
-    ]
-    best = result.best
-    summary = {
-        **{f"best_{key}": float(getattr(best, key)) for key in _EPOCH_KEYS},
-        "best_epoch": float(result.best_epoch),
-        "decision_threshold": result.threshold,
-        "export_max_abs_diff": export.max_abs_diff,
-    }
-    history += [Metric(key=k, value=v, timestamp=now_ms, step=0) for k, v in summary.items()]
-    # One call for all metrics and params: a round trip per value is slow against a remote server.
-    client.log_batch(run_id, metrics=history, params=[Param(k, v) for k, v in logged_params.items()])
-
-    onnx_model = onnx.load_model(str(export.onnx_path))
-    active = mlflow.active_run()
-    # A caller may already have this run open (a pipeline step wrapping us); reuse it then.
-    run_context: AbstractContextManager[object] = (
-        nullcontext() if active is not None and active.info.run_id == run_id
-        else mlflow.start_run(run_id=run_id, nested=active is not None)
-    )
-    with run_context:
-        info = mlflow.onnx.log_model(
-            onnx_model,
-            name="model",
-            signature=_signature_from_onnx(onnx_model),
-            save_as_external_data=False,
-            # Stated, not inferred: inference re-imports the model in a subprocess (seconds).
-            pip_requirements=_runtime_requirements(),
-        )
-    return str(info.model_uri)
+    def _finish(self) -> TrainResult:
+        p = self.progress
+        self.model.load_state_dict(self.best_state)
+        logits = _logits(self.model, self.v_num, self.v_cat).cpu().numpy().astype(np.float64)
+        labels = self.v_y.cpu().numpy()
+        scale, bias = fit_platt(logits, labels)
+        self.model.calibration.copy_(torch.tensor([scale, bias]))
+        uncalibrated = 1.0 / (1.0 + np.exp(-logits))
+        calibrated = 1.0 / (1.0 + np.exp(-(scale * logits + bias)))
+        log.info("Platt calibration on validation: scale %.4f, bias %.4f", scale, bias)
+        model = self.model.cpu().eval()
+        threshold = best_f1_threshold(labels, model.predict_proba(self.v_num.cpu().numpy(), self.v_cat.cpu().numpy()))
+        return TrainResult(model=model, vocabs=self.vocabs, history=p.history, system=p.system,
+                           best_epoch=p.best_epoch, threshold=threshold, device=self.rank.device.type,
+                           precision="bf16" if self.bf16 else "fp32", world_size=self.rank.world_size,
+                           val_uncalibrated=calibration_report(labels, uncalibrated),
+                           val_calibrated=calibration_report(labels, calibrated))

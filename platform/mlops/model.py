@@ -49,11 +49,12 @@ def _embedding_dim(cardinality: int) -> int:
 
 
 class FraudMLP(nn.Module):
-    """MLP scoring one transaction; ``forward`` gives the fraud probability, ``logits`` the raw score."""
+    """MLP scoring one transaction; ``forward`` gives the calibrated fraud probability, ``logits`` the raw score."""
 
     mean: torch.Tensor
     std: torch.Tensor
     log_mask: torch.Tensor
+    calibration: torch.Tensor
 
     def __init__(
         self,
@@ -67,6 +68,8 @@ class FraudMLP(nn.Module):
         self.register_buffer("log_mask", torch.tensor(log1p_mask, dtype=torch.bool))
         self.register_buffer("mean", torch.zeros(n_numeric))
         self.register_buffer("std", torch.ones(n_numeric))
+        # Platt scaling (scale, bias) on the logit, fitted on validation after training; identity until then.
+        self.register_buffer("calibration", torch.tensor([1.0, 0.0]))
         # +1 row per table for the unknown index 0.
         tables = [nn.Embedding(c + 1, _embedding_dim(c + 1)) for c in cardinalities]
         self.embeddings = nn.ModuleList(tables)
@@ -79,8 +82,12 @@ class FraudMLP(nn.Module):
         self.mlp = nn.Sequential(*layers)
 
     @classmethod
-    def for_contract(cls, contract: DataContract, vocabs: dict[str, list[str]]) -> FraudMLP:
-        return cls(contract.log1p_mask, [len(vocabs[n]) for n in contract.model_inputs.categorical])
+    def for_contract(
+        cls, contract: DataContract, vocabs: dict[str, list[str]], hidden: tuple[int, ...] = (64, 32),
+        dropout: float = 0.1,
+    ) -> FraudMLP:
+        cardinalities = [len(vocabs[n]) for n in contract.model_inputs.categorical]
+        return cls(contract.log1p_mask, cardinalities, hidden=hidden, dropout=dropout)
 
     def _transform(self, numeric: torch.Tensor) -> torch.Tensor:
         return torch.where(self.log_mask, torch.log1p(torch.clamp(numeric, min=0.0)), numeric)
@@ -100,7 +107,8 @@ class FraudMLP(nn.Module):
         return out.squeeze(1)
 
     def forward(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(self.logits(numeric, categorical))
+        """Calibrated probability: the served score (calibration travels into the ONNX graph)."""
+        return torch.sigmoid(self.logits(numeric, categorical) * self.calibration[0] + self.calibration[1])
 
     @torch.no_grad()
     def predict_proba(self, numeric: np.ndarray, categorical: np.ndarray) -> np.ndarray:

@@ -8,6 +8,7 @@ a production URI is set explicitly (``MLOPS_TRACKING_URI`` for an MLflow server,
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -35,6 +36,21 @@ class Settings(BaseSettings):
     learning_rate: float = Field(default=2e-3, gt=0)
     parity_tolerance: float = Field(default=1e-5, gt=0)
     device: str = Field(default="auto", pattern="^(auto|cpu|cuda)$")
+    hidden_sizes: tuple[int, ...] = Field(default=(64, 32), min_length=1, description="MLP layer widths.")
+    dropout: float = Field(default=0.1, ge=0.0, lt=1.0)
+    weight_decay: float = Field(default=0.0, ge=0.0)
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        default="auto", description="auto = bf16 autocast on GPUs that support it, fp32 elsewhere."
+    )
+    compile_model: bool = Field(default=False, description="torch.compile the training module.")
+    checkpoint_dir: str | None = Field(
+        default=None, description="Local path or fsspec URL for training checkpoints; default under home."
+    )
+    checkpoint_interval_s: float = Field(default=120.0, gt=0, description="Checkpoint at least this often.")
+    slice_f1_tolerance: float = Field(
+        default=0.1, ge=0.0, le=1.0, description="A slice's F1 may fall this far below production's."
+    )
+    slice_min_positives: int = Field(default=5, ge=1, description="Slices with fewer frauds are not gated.")
     demo_rows: int = Field(default=30_000, ge=1_000)
     max_clock_skew_s: float = Field(
         default=300.0, ge=0, description="How far in the future a request's event_timestamp may lie.")
@@ -73,6 +89,10 @@ class Settings(BaseSettings):
     def logs_dir(self) -> Path:
         """One log file per local pipeline run: every step's streamed output and the libraries' logs."""
         return self.resolved_home / "logs"
+
+    @property
+    def resolved_checkpoint_dir(self) -> str:
+        return self.checkpoint_dir or str(self.resolved_home / "checkpoints")
 
     @property
     def kfp_root(self) -> Path:

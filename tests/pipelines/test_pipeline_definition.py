@@ -1,4 +1,4 @@
-"""The pipeline definition: committed IR YAML is current, and its shape is the six steps with the
+"""The pipeline definition: committed IR YAML is current, and its shape is the seven steps with the
 deploy step behind the evaluation condition."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import yaml
 
 from pipelines.pipeline import COMPILED_PIPELINE, compile_pipeline
 
-STEPS = {"ingest", "validate", "preprocess", "train", "evaluate", "deploy"}
+STEPS = {"ingest", "validate", "preprocess", "train", "export", "evaluate", "deploy"}
 
 
 def _pipeline_spec() -> dict[str, Any]:
@@ -24,7 +24,7 @@ def test_committed_pipeline_yaml_is_current(tmp_path: Path) -> None:
     assert fresh == COMPILED_PIPELINE.read_text(), "run `make compile` and commit pipelines/training_pipeline.yaml"
 
 
-def test_pipeline_has_six_steps_and_deploy_is_conditional() -> None:
+def test_pipeline_has_seven_steps_and_deploy_is_conditional() -> None:
     spec = _pipeline_spec()
     root_tasks = spec["root"]["dag"]["tasks"]
     condition = root_tasks["condition-1"]
@@ -46,3 +46,11 @@ def test_no_step_reuses_cached_results() -> None:
         if name.startswith("condition"):
             continue
         assert task["cachingOptions"] == {}, name
+
+
+def test_export_sits_between_train_and_evaluate() -> None:
+    tasks = yaml.safe_load(COMPILED_PIPELINE.read_text())["root"]["dag"]["tasks"]
+    assert tasks["export"]["inputs"]["artifacts"]["model"]["taskOutputArtifact"]["producerTask"] == "train"
+    evaluate_inputs = tasks["evaluate"]["inputs"]
+    assert evaluate_inputs["artifacts"]["model"]["taskOutputArtifact"]["producerTask"] == "export"
+    assert evaluate_inputs["parameters"]["model_uri"]["taskOutputParameter"]["producerTask"] == "export"

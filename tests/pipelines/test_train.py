@@ -1,4 +1,4 @@
-"""Train step: reproducible training with early stopping, export + parity, MLflow logging."""
+"""Train step: reproducible training with early stopping and calibration, export + parity, MLflow logging."""
 
 from __future__ import annotations
 
@@ -14,36 +14,20 @@ from pydantic import ValidationError
 from sklearn.metrics import roc_auc_score
 
 from mlops.contract import DataContract
-from mlops.data.generator import generate_transactions
 from mlops.errors import TrainingError
-from mlops.features import replay_features
 from mlops.inference import OnnxModel
 from mlops.model import encode
 from mlops.settings import Settings
-from pipelines.steps.train import (
-    EpochMetrics,
-    ExportResult,
-    TrainParams,
-    TrainResult,
-    export_and_check,
-    log_training_to_mlflow,
-    train_model,
-)
+from pipelines.steps.export import ExportResult, export_and_check, log_model_to_mlflow
+from pipelines.steps.train import EpochMetrics, TrainParams, TrainResult, train_model
+from pipelines.steps.trained_model import load_trained, save_trained
+from pipelines.train_tracking import log_training, params_from_run
 
-PARAMS = TrainParams(seed=11, max_epochs=12, patience=3, batch_size=256, learning_rate=3e-3, device="cpu")
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 
-
-def _with_features(df: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
-    """The contract's window and time features of each row, as serving would compute them."""
-    return pd.concat([df, replay_features(df, contract)], axis=1)
-
-
-@pytest.fixture(scope="module")
-def splits(contract: DataContract) -> Splits:
-    df = _with_features(generate_transactions(3000, seed=3, fraud_rate=0.03), contract)
-    n = len(df)
-    return df.iloc[: int(n * 0.7)], df.iloc[int(n * 0.7): int(n * 0.85)], df.iloc[int(n * 0.85):]
+PARAMS = TrainParams.from_settings(
+    Settings(seed=11, max_epochs=12, patience=3, batch_size=256, learning_rate=3e-3, device="cpu")
+)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +42,7 @@ def exported(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> ExportResult:
     out = tmp_path_factory.mktemp("train-export")
-    return export_and_check(trained[0], contract, splits[2], out, tolerance=1e-5, metadata={"run": "test"})
+    return export_and_check(trained[0].trained, contract, splits[2], out, tolerance=1e-5, metadata={"run": "test"})
 
 
 @pytest.fixture
@@ -78,6 +62,7 @@ def test_params_come_from_settings() -> None:
     params = TrainParams.from_settings(Settings(seed=5, max_epochs=3, device="cpu"))
     assert (params.seed, params.max_epochs, params.device) == (5, 3, "cpu")
     assert params.batch_size == Settings().batch_size
+    assert params.hidden_sizes == Settings().hidden_sizes
     with pytest.raises(ValidationError):
         TrainParams.model_validate({"seed": 1, "epochs": 3})
 
@@ -94,6 +79,18 @@ def test_history_early_stopping_and_callback(trained: tuple[TrainResult, list[Ep
     assert result.device == "cpu"
     assert not result.model.training
     assert 0.0 < result.threshold < 1.0
+    assert result.precision == "fp32"
+    assert [s.epoch for s in result.system] == [m.epoch for m in result.history]
+    assert all(s.samples_per_s > 0 and s.gpu_utilization_percent is None for s in result.system)
+
+
+def test_calibration_lowers_validation_ece(trained: tuple[TrainResult, list[EpochMetrics]]) -> None:
+    result, _ = trained
+    # Class weights inflate raw scores; Platt scaling on validation brings them back to the fraud rate.
+    assert result.val_calibrated.ece < result.val_uncalibrated.ece
+    assert result.val_calibrated.brier < result.val_uncalibrated.brier
+    scale, bias = result.model.calibration.tolist()
+    assert (scale, bias) != (1.0, 0.0)
 
 
 def test_model_beats_random(
@@ -131,6 +128,14 @@ def test_missing_feature_values_fail_clearly(splits: Splits, contract: DataContr
         train_model(train, splits[1], contract, PARAMS)
 
 
+def test_bf16_autocast_trains_on_cpu(splits: Splits, contract: DataContract) -> None:
+    params = PARAMS.model_copy(update={"precision": "bf16", "max_epochs": 2})
+    result = train_model(splits[0], splits[1], contract, params)
+    assert result.precision == "bf16"
+    assert all(np.isfinite(m.train_loss) for m in result.history)
+    assert roc_auc_score(splits[1][contract.label_column], _scores(result, splits[1], contract)) > 0.7
+
+
 def test_export_and_check_keeps_parity_and_threshold(
     trained: tuple[TrainResult, list[EpochMetrics]], exported: ExportResult, splits: Splits,
     contract: DataContract,
@@ -145,28 +150,35 @@ def test_export_and_check_keeps_parity_and_threshold(
     np.testing.assert_allclose(scorer.predict_proba(splits[2]), expected, atol=1e-5)
 
 
-def test_log_training_to_mlflow(
+def test_log_training_records_inputs_and_model(
     tracking_uri: str, tmp_path: Path, trained: tuple[TrainResult, list[EpochMetrics]],
-    exported: ExportResult, splits: Splits,
+    exported: ExportResult, splits: Splits, data_dir: Path,
 ) -> None:
     result, _ = trained
     client = MlflowClient(tracking_uri)
     experiment = client.create_experiment("train-test", artifact_location=(tmp_path / "artifacts").as_uri())
     run_id = client.create_run(experiment).info.run_id
+    paths = {name: data_dir / f"{name}.parquet" for name in ("train", "validation", "test")}
 
-    uri = log_training_to_mlflow(
-        run_id, PARAMS, result, exported, extra_params={"dataset_hash": "d1", "git_commit": "c0ffee"}
-    )
+    log_training(run_id, PARAMS, result, fingerprint="f" * 64, data=paths,
+                 data_sha256={"train": "t1", "validation": "v1", "test": "s1"})
+    uri = log_model_to_mlflow(run_id, exported)
 
     run = client.get_run(run_id)
-    assert run.data.params["seed"] == str(PARAMS.seed)
-    assert run.data.params["dataset_hash"] == "d1"
-    assert run.data.params["git_commit"] == "c0ffee"
+    assert params_from_run(run.data.params) == PARAMS  # the architecture and optimiser settings round-trip
+    assert run.data.params["train_sha256"] == "t1"
+    assert run.data.params["training_fingerprint"] == "f" * 64
+    assert run.data.params["version_torch"]
+    assert run.data.params["deterministic_algorithms"] == "true"
     history = client.get_metric_history(run_id, "val_pr_auc")
     assert [m.step for m in history] == [m.epoch for m in result.history]
-    assert len(client.get_metric_history(run_id, "train_loss")) == len(result.history)
+    assert len(client.get_metric_history(run_id, "system/train_samples_per_s")) == len(result.history)
     assert run.data.metrics["decision_threshold"] == pytest.approx(result.threshold)
     assert run.data.metrics["best_epoch"] == result.best_epoch
+    assert run.data.metrics["val_ece"] < run.data.metrics["val_ece_uncalibrated"]
+    assert run.data.tags["onnx_sha256"] == exported.sha256
+    logged_data = {a.path for a in client.list_artifacts(run_id, "training_data")}
+    assert logged_data == {f"training_data/{n}.parquet" for n in ("train", "validation", "test")}
 
     local = Path(mlflow.artifacts.download_artifacts(uri, dst_path=str(tmp_path / "download")))
     [onnx_file] = local.glob("*.onnx")
@@ -175,3 +187,22 @@ def test_log_training_to_mlflow(
     np.testing.assert_array_equal(
         logged.predict_proba(splits[2]), OnnxModel(exported.onnx_path).predict_proba(splits[2])
     )
+
+
+def test_trained_model_file_round_trips(
+    trained: tuple[TrainResult, list[EpochMetrics]], splits: Splits, contract: DataContract, tmp_path: Path
+) -> None:
+    result, _ = trained
+    path = save_trained(tmp_path / "model.pt", result.model, result.vocabs, result.threshold,
+                        PARAMS.hidden_sizes, PARAMS.dropout)
+    loaded = load_trained(path, contract)
+    assert loaded.threshold == result.threshold
+    np.testing.assert_array_equal(loaded.model.predict_proba(*encode(splits[2], contract, loaded.vocabs)),
+                                  _scores(result, splits[2], contract))
+
+
+def test_architecture_comes_from_settings(splits: Splits, contract: DataContract) -> None:
+    params = PARAMS.model_copy(update={"hidden_sizes": (16,), "max_epochs": 1, "dropout": 0.0})
+    result = train_model(splits[0], splits[1], contract, params)
+    linears = [m for m in result.model.mlp if hasattr(m, "out_features")]
+    assert [m.out_features for m in linears] == [16, 1]

@@ -28,7 +28,8 @@ from mlops.inference import OnnxModel
 from mlops.online_features import OnlineFeatures, materialize_online
 from mlops.prediction_log import log_dir, read_predictions
 from mlops.settings import Settings
-from pipelines.steps.train import TrainParams, export_and_check, log_training_to_mlflow, train_model
+from pipelines.steps.export import export_and_check, log_model_to_mlflow
+from pipelines.steps.train import TrainParams, train_model
 from serving.app import create_app
 
 UNKNOWN_CUSTOMER = "C-never-seen"
@@ -64,13 +65,13 @@ def _build(settings: Settings) -> ServedPlatform:
 
     params = TrainParams.from_settings(settings)
     result = train_model(train, val, contract, params)
-    export = export_and_check(result, contract, test, settings.runs_dir / "serving-test",
+    export = export_and_check(result.trained, contract, test, settings.runs_dir / "serving-test",
                               settings.parity_tolerance, metadata={"model_name": settings.model_name})
 
     experiment_id = registry.ensure_experiment(settings)
     client = registry.client(settings)
     run_id = client.create_run(experiment_id).info.run_id
-    model_uri = log_training_to_mlflow(run_id, params, result, export, extra_params={"rows": str(N_ROWS)})
+    model_uri = log_model_to_mlflow(run_id, export)
     client.set_terminated(run_id)
     version = registry.register_version(settings, model_uri, run_id, tags={"source": "tests/serving"})
     registry.promote(settings, version)

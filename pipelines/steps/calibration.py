@@ -1,0 +1,107 @@
+"""Probability calibration: Platt scaling fitted on validation, and the measures that judge it.
+
+Training weights frauds up (class weights), so raw sigmoid scores overstate the fraud rate. A
+two-parameter logistic fit on the validation logits maps them back; the model applies it inside
+its forward pass, so the exported ONNX graph serves the calibrated probability.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+from sklearn.linear_model import LogisticRegression
+
+_BINS = 10
+log = logging.getLogger(__name__)
+
+
+class ReliabilityBin(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    lower: float
+    upper: float
+    count: int
+    mean_predicted: float
+    observed_rate: float
+
+
+class CalibrationReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    brier: float
+    ece: float
+    bins: list[ReliabilityBin]
+
+
+def fit_platt(logits: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
+    """(scale, bias) so that sigmoid(scale * logit + bias) matches the observed fraud rate.
+
+    The scale stays positive: calibration may move scores, never reorder them. When the best fit
+    has a scale <= 0 (validation shows no signal in the ranking), only the bias is fitted (scale 1),
+    which keeps the model's ranking and its decisions and still matches the mean fraud rate.
+    """
+    logits = logits.astype(np.float64)
+    # A large C: plain maximum likelihood; two parameters cannot overfit thousands of rows.
+    fit = LogisticRegression(C=1e6, max_iter=1000).fit(logits.reshape(-1, 1), labels)
+    scale, bias = float(fit.coef_[0, 0]), float(fit.intercept_[0])
+    if scale > 0:
+        return scale, bias
+    log.warning("validation scores carry no ranking signal (Platt scale %.3g); fitting the bias only", scale)
+    return 1.0, _bias_only(logits, labels.astype(np.float64))
+
+
+def _bias_only(logits: np.ndarray, labels: np.ndarray) -> float:
+    """The maximum-likelihood shift b: mean(sigmoid(logit + b)) = fraud rate (bisection; it is monotone in b)."""
+    low, high = -60.0, 60.0
+    target = float(labels.mean())
+    for _ in range(200):
+        middle = (low + high) / 2
+        if float(np.mean(1.0 / (1.0 + np.exp(-(logits + middle))))) < target:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
+
+
+def calibration_report(labels: np.ndarray, proba: np.ndarray, bins: int = _BINS) -> CalibrationReport:
+    """Brier score, expected calibration error and the reliability curve over equal-width bins."""
+    labels = labels.astype(np.float64)
+    proba = proba.astype(np.float64)
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    which = np.clip(np.digitize(proba, edges[1:-1], right=True), 0, bins - 1)
+    rows: list[ReliabilityBin] = []
+    ece = 0.0
+    for b in range(bins):
+        members = which == b
+        count = int(members.sum())
+        if count == 0:
+            continue
+        mean_predicted = float(proba[members].mean())
+        observed = float(labels[members].mean())
+        ece += count / len(proba) * abs(mean_predicted - observed)
+        rows.append(ReliabilityBin(lower=float(edges[b]), upper=float(edges[b + 1]), count=count,
+                                   mean_predicted=mean_predicted, observed_rate=observed))
+    brier = float(np.mean((proba - labels) ** 2)) if len(proba) else float("nan")
+    return CalibrationReport(brier=brier, ece=float(ece), bins=rows)
+
+
+def plot_reliability(report: CalibrationReport, path: Path, title: str) -> None:
+    """Reliability diagram (mean predicted vs observed fraud rate per bin) as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 4.5))
+    ax.plot([0, 1], [0, 1], color="grey", linestyle=":", label="perfect calibration")
+    ax.plot([b.mean_predicted for b in report.bins], [b.observed_rate for b in report.bins], marker="o",
+            label=f"model (ECE {report.ece:.4f}, Brier {report.brier:.4f})")
+    ax.set(xlabel="mean predicted probability", ylabel="observed fraud rate", title=title, xlim=(0, 1),
+           ylim=(0, 1))
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

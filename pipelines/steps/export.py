@@ -1,0 +1,113 @@
+"""Export step: the trained model to one ONNX file with a parity check, and the model into MLflow.
+
+Its own step after training, so a distributed training job only trains; export runs once, on one
+machine, from rank 0's ``model.pt``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import onnx
+import pandas as pd
+import torch
+
+from mlops.contract import DataContract
+from mlops.model import encode
+from mlops.onnx_export import check_parity, export_onnx
+from mlops.registry import ONNX_FILE
+from pipelines.steps.calibration import CalibrationReport, calibration_report
+from pipelines.steps.trained_model import TrainedModel
+
+if TYPE_CHECKING:
+    from mlflow.models.signature import ModelSignature
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    onnx_path: Path
+    max_abs_diff: float
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.onnx_path.read_bytes()).hexdigest()
+
+
+def export_and_check(trained: TrainedModel, contract: DataContract, test: pd.DataFrame, out_dir: Path,
+                     tolerance: float, metadata: dict[str, str]) -> ExportResult:
+    """Export to ``out_dir/model.onnx`` and verify it scores ``test`` like the torch model.
+
+    ``metadata`` should name inputs (dataset hash, training fingerprint), not a run: the same
+    inputs then give the same file, byte for byte.
+    """
+    path = export_onnx(trained.model, contract, trained.vocabs, Path(out_dir) / ONNX_FILE,
+                       threshold=trained.threshold, metadata=metadata)
+    diff = check_parity(trained.model, path, test, contract, trained.vocabs, tolerance)
+    log.info("exported %s; parity max abs diff %.3g", path, diff)
+    return ExportResult(onnx_path=path, max_abs_diff=diff)
+
+
+def uncalibrated_report(trained: TrainedModel, contract: DataContract, frame: pd.DataFrame) -> CalibrationReport:
+    """Brier and ECE of the raw sigmoid score on ``frame``: the baseline calibration has to beat."""
+    numeric, categorical = encode(frame, contract, trained.vocabs)
+    with torch.no_grad():
+        logits = trained.model.eval().logits(torch.as_tensor(numeric), torch.as_tensor(categorical))
+    return calibration_report(frame[contract.label_column].to_numpy(), torch.sigmoid(logits).numpy())
+
+
+def _signature_from_onnx(model: onnx.ModelProto) -> ModelSignature:
+    """Column signature (one column per raw field) for the MLflow UI and registry checks."""
+    from mlflow.models.signature import ModelSignature
+    from mlflow.types.schema import ColSpec, Schema, TensorSpec
+
+    kinds = {onnx.TensorProto.FLOAT: "float", onnx.TensorProto.STRING: "string"}
+    inputs: list[ColSpec | TensorSpec] = [
+        ColSpec(kinds[i.type.tensor_type.elem_type], i.name) for i in model.graph.input
+    ]
+    outputs: list[ColSpec | TensorSpec] = [ColSpec("float", o.name) for o in model.graph.output]
+    return ModelSignature(inputs=Schema(inputs), outputs=Schema(outputs))
+
+
+def _runtime_requirements() -> list[str]:
+    """Pinned requirements to score the logged model: onnx plus whichever onnxruntime is installed."""
+    pins = [f"onnx=={onnx.__version__}"]
+    for dist in ("onnxruntime-gpu", "onnxruntime"):
+        try:
+            return [*pins, f"{dist}=={metadata.version(dist)}"]
+        except metadata.PackageNotFoundError:
+            continue
+    return pins
+
+
+def log_model_to_mlflow(run_id: str, export: ExportResult) -> str:
+    """Log the ONNX model (and its hash and parity) to run ``run_id``; returns the model URI."""
+    import mlflow
+    import mlflow.onnx
+
+    onnx_model = onnx.load_model(str(export.onnx_path))
+    active = mlflow.active_run()
+    # A caller may already have this run open (a pipeline step wrapping us); reuse it then.
+    run_context: AbstractContextManager[object] = (
+        nullcontext() if active is not None and active.info.run_id == run_id
+        else mlflow.start_run(run_id=run_id, nested=active is not None)
+    )
+    with run_context:
+        mlflow.log_metric("export_max_abs_diff", export.max_abs_diff)
+        mlflow.set_tag("onnx_sha256", export.sha256)
+        info = mlflow.onnx.log_model(
+            onnx_model,
+            name="model",
+            signature=_signature_from_onnx(onnx_model),
+            save_as_external_data=False,
+            # Stated, not inferred: inference re-imports the model in a subprocess (seconds).
+            pip_requirements=_runtime_requirements(),
+        )
+    return str(info.model_uri)

@@ -1,0 +1,118 @@
+"""``mlops train``: train (the entry point's code), export, score the test split, all in one MLflow run;
+``--reproduce RUN_ID`` does it again from what that run recorded and compares.
+
+Under torchrun every rank trains and rank 0 alone exports and scores.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+from mlflow.entities import Run
+from mlflow.tracking import MlflowClient
+
+from mlops import registry
+from mlops.contract import load_contract
+from mlops.errors import InputError, NotFoundError, TrainingError
+from mlops.inference import OnnxModel
+from mlops.settings import Settings
+from pipelines.steps.calibration import calibration_report
+from pipelines.steps.evaluate import compute_metrics
+from pipelines.steps.export import export_and_check, log_model_to_mlflow, uncalibrated_report
+from pipelines.steps.train import TrainParams
+from pipelines.steps.trained_model import MODEL_FILE, load_trained
+from pipelines.train_entry import file_sha256, run_training
+from pipelines.train_tracking import TRAINING_DATA_ARTIFACTS, params_from_run
+
+log = logging.getLogger(__name__)
+ONNX_SUBDIR = "onnx"
+
+
+@dataclass(frozen=True)
+class TrainReport:
+    run_id: str
+    metrics: dict[str, float]
+    onnx_sha256: str
+    onnx_path: Path
+
+
+def new_run(settings: Settings, tags: dict[str, str]) -> str:
+    registry.client(settings)
+    experiment_id = registry.ensure_experiment(settings)
+    return str(MlflowClient().create_run(experiment_id, tags=tags).info.run_id)
+
+
+def train_and_export(paths: dict[str, Path], out_dir: Path, checkpoint_dir: str, settings: Settings, *,
+                     run_id: str | None = None, params: TrainParams | None = None) -> TrainReport | None:
+    """Train, export and score the test split; None on ranks other than 0."""
+    registry.client(settings)
+    given_run = run_id
+    if run_id is None and os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 alone opens a run
+        run_id = new_run(settings, {"entry": "mlops train"})
+    # A rerun of the same command resumes: the checkpoint folder follows the run id only when one was given.
+    outcome = run_training(paths, out_dir, checkpoint_dir, run_id=run_id, params=params, settings=settings,
+                           resume_key=given_run)
+    if not outcome.is_main or run_id is None:
+        return None
+    contract = load_contract(settings.contract_path)
+    trained = load_trained(out_dir / MODEL_FILE, contract)
+    test = pd.read_parquet(paths["test"])
+    export = export_and_check(trained, contract, test, out_dir / ONNX_SUBDIR, settings.parity_tolerance,
+                              metadata={"training_fingerprint": outcome.fingerprint,
+                                        "train_sha256": outcome.data_sha256["train"]})
+    served = OnnxModel(export.onnx_path)
+    labels = test[contract.label_column].to_numpy().astype(int)
+    proba = served.predict_proba(test)
+    calibrated, uncalibrated = calibration_report(labels, proba), uncalibrated_report(trained, contract, test)
+    metrics = {f"test_{k}": v for k, v in compute_metrics(labels, proba, served.threshold).model_dump().items()}
+    metrics.update({"test_brier": calibrated.brier, "test_ece": calibrated.ece,
+                    "test_brier_uncalibrated": uncalibrated.brier, "test_ece_uncalibrated": uncalibrated.ece})
+    with mlflow.start_run(run_id=run_id):
+        mlflow.log_metrics(metrics)
+        log_model_to_mlflow(run_id, export)
+    return TrainReport(run_id=run_id, metrics=metrics, onnx_sha256=export.sha256, onnx_path=export.onnx_path)
+
+
+def recorded_inputs(run_id: str, into: Path) -> tuple[Run, TrainParams, dict[str, Path]]:
+    """The training settings and split files a run logged, the files checked against their logged hashes."""
+    client = MlflowClient()
+    try:
+        run = client.get_run(run_id)
+    except mlflow.exceptions.MlflowException as exc:
+        raise NotFoundError(f"no MLflow run {run_id!r}: {exc.message}") from exc
+    logged = run.data.params
+    try:
+        params = params_from_run(logged)
+    except ValueError as exc:
+        raise InputError(f"run {run_id} did not record its training settings (not a training run?)") from exc
+    local = Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=TRAINING_DATA_ARTIFACTS,
+                                                     dst_path=str(into)))
+    paths = {name: local / f"{name}.parquet" for name in ("train", "validation", "test")}
+    for name, path in paths.items():
+        expected = logged.get(f"{name}_sha256")
+        if not path.is_file() or file_sha256(path) != expected:
+            raise TrainingError(f"run {run_id}: logged {name} split is missing or does not match its hash")
+    return run, params, paths
+
+
+def reproduce(run_id: str, out_dir: Path, settings: Settings) -> tuple[TrainReport, dict[str, tuple[str, str]]]:
+    """Re-run ``run_id`` from its recorded inputs in a new run; returns the report and {name: (then, now)}."""
+    registry.client(settings)
+    with tempfile.TemporaryDirectory() as tmp:
+        original, params, paths = recorded_inputs(run_id, Path(tmp) / "data")
+        again = new_run(settings, {"entry": "mlops train --reproduce", "reproduces": run_id})
+        # A fresh checkpoint folder: resuming the original's final checkpoint would prove nothing.
+        report = train_and_export(paths, out_dir, str(Path(tmp) / "checkpoints"), settings, run_id=again,
+                                  params=params)
+    if report is None:
+        raise TrainingError("reproduce runs in one process; start it without torchrun")
+    then = {k: v for k, v in original.data.metrics.items() if k.startswith("test_")}
+    compared = {k: (repr(v), repr(report.metrics.get(k))) for k, v in sorted(then.items())}
+    compared["onnx_sha256"] = (original.data.tags.get("onnx_sha256", ""), report.onnx_sha256)
+    return report, compared

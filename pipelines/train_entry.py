@@ -1,0 +1,177 @@
+"""The training entry point: ``python -m pipelines.train_entry`` alone or under ``torchrun``.
+
+    python -m pipelines.train_entry --data-dir DIR --out-dir DIR [--checkpoint-dir URL] [--run-id ID]
+    torchrun --nnodes=N --nproc_per_node=G -m pipelines.train_entry --data-dir DIR --out-dir DIR ...
+
+DIR holds train.parquet, validation.parquet and test.parquet as preprocess writes them. Every rank
+trains on its shard; rank 0 alone logs to MLflow (when a run id is given), checkpoints and writes
+``model.pt`` + ``training.json`` to the out dir, which the export step reads. SIGTERM checkpoints
+and exits with code 143; the same command again resumes from the newest checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from mlops.contract import DataContract, load_contract
+from mlops.errors import InputError, MLOpsError
+from mlops.settings import Settings
+from pipelines import distributed
+from pipelines.checkpoint import CheckpointStore, sigterm_requests_checkpoint
+from pipelines.steps.train import Checkpointing, EpochMetrics, TrainParams, TrainResult, train_model
+from pipelines.steps.trained_model import MODEL_FILE, save_trained
+
+log = logging.getLogger("pipelines.train_entry")  # not "__main__" under `python -m`
+SUMMARY_FILE = "training.json"
+SPLITS = ("train", "validation", "test")  # the file names preprocess writes
+
+
+@dataclass(frozen=True)
+class TrainOutcome:
+    result: TrainResult
+    fingerprint: str
+    data_sha256: dict[str, str]
+    is_main: bool
+
+
+def split_paths(data_dir: Path) -> dict[str, Path]:
+    """The three split files of ``data_dir``; a missing one is bad input, named."""
+    paths = {name: Path(data_dir) / f"{name}.parquet" for name in SPLITS}
+    missing = [str(p) for p in paths.values() if not p.is_file()]
+    if missing:
+        raise InputError(f"--data-dir {data_dir} lacks split files: {', '.join(missing)}")
+    return paths
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as source:
+        for block in iter(lambda: source.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def training_fingerprint(params: TrainParams, data_sha256: dict[str, str], contract: DataContract) -> str:
+    """What decides the weights (settings, data, contract): names a checkpoint's run and the ONNX file."""
+    blob = json.dumps({"params": params.model_dump(mode="json"), "data": data_sha256,
+                       "contract": contract.model_dump(mode="json")}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def checkpoint_location(base: str, resume_key: str | None, fingerprint: str) -> str:
+    """One folder per key (an MLflow run id: a retried step resumes it) or, without one, per fingerprint."""
+    return f"{base.rstrip('/')}/{resume_key or fingerprint[:16]}"
+
+
+def run_training(paths: dict[str, Path], out_dir: Path, checkpoint_dir: str, *, run_id: str | None = None,
+                 params: TrainParams | None = None, settings: Settings | None = None,
+                 resume_key: str | None = None) -> TrainOutcome:
+    """Train on this process's rank; rank 0 writes the model and, given a run id, logs to MLflow.
+
+    Checkpoints go to ``checkpoint_dir/<resume_key or training fingerprint>``: a rerun with the same key
+    (the pipeline's run id on a retried step; the same data and settings otherwise) resumes.
+    """
+    settings = settings or Settings()
+    contract = load_contract(settings.contract_path)
+    params = params or TrainParams.from_settings(settings)
+    frames = {name: pd.read_parquet(path) for name, path in paths.items()}
+    data_sha256 = {name: file_sha256(path) for name, path in paths.items()}
+    fingerprint = training_fingerprint(params, data_sha256, contract)
+    rank = distributed.start(params.device)
+    try:
+        store = CheckpointStore(checkpoint_location(checkpoint_dir, resume_key, fingerprint))
+
+        def show(epoch: EpochMetrics) -> None:
+            if rank.is_main:
+                log.info("epoch %d/%d: train loss %.4f, val loss %.4f, val PR-AUC %.4f, val ROC-AUC %.4f",
+                         epoch.epoch, params.max_epochs, epoch.train_loss, epoch.val_loss, epoch.val_pr_auc,
+                         epoch.val_roc_auc)
+
+        with sigterm_requests_checkpoint() as preemption:
+            result = train_model(frames["train"], frames["validation"], contract, params, rank=rank,
+                                 checkpointing=Checkpointing(store, fingerprint, settings.checkpoint_interval_s,
+                                                             preemption),
+                                 on_epoch=show)
+        if rank.is_main:
+            _write_outputs(out_dir, result, params, fingerprint, data_sha256)
+            if run_id:
+                from pipelines.train_tracking import log_training
+
+                log_training(run_id, params, result, fingerprint=fingerprint, data=paths, data_sha256=data_sha256)
+    finally:
+        distributed.stop(rank)
+    return TrainOutcome(result=result, fingerprint=fingerprint, data_sha256=data_sha256, is_main=rank.is_main)
+
+
+def _write_outputs(out_dir: Path, result: TrainResult, params: TrainParams, fingerprint: str,
+                   data_sha256: dict[str, str]) -> None:
+    save_trained(out_dir / MODEL_FILE, result.model, result.vocabs, result.threshold, params.hidden_sizes,
+                 params.dropout)
+    summary = {"fingerprint": fingerprint, "data_sha256": data_sha256, "best_epoch": result.best_epoch,
+               "epochs_run": len(result.history), "threshold": result.threshold, "device": result.device,
+               "precision": result.precision, "world_size": result.world_size, "params": params.model_dump()}
+    (out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+    log.info("rank 0 wrote %s (best epoch %d, threshold %.4f)", out_dir / MODEL_FILE, result.best_epoch,
+             result.threshold)
+
+
+def launch_on_local_gpus(paths: dict[str, Path], out_dir: Path, checkpoint_dir: str, run_id: str) -> bool:
+    """With several GPUs in this pod, train under torchrun (one process per GPU); False when there is one or none."""
+    gpus = torch.cuda.device_count()
+    if gpus < 2:
+        return False
+    data_dir = out_dir.parent / f"{out_dir.name}-data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for name, path in paths.items():
+        target = data_dir / f"{name}.parquet"
+        target.unlink(missing_ok=True)
+        target.symlink_to(path.resolve())
+    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={gpus}", "-m",
+               "pipelines.train_entry", "--data-dir", str(data_dir), "--out-dir", str(out_dir),
+               "--checkpoint-dir", checkpoint_dir, "--run-id", run_id]
+    log.info("training on %d local GPUs: %s", gpus, " ".join(command))
+    subprocess.run(command, check=True)
+    return True
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m pipelines.train_entry", description=__doc__.split("\n")[0])
+    parser.add_argument("--data-dir", type=Path, required=True, help="holds train/validation/test.parquet")
+    parser.add_argument("--out-dir", type=Path, required=True, help="rank 0 writes model.pt and training.json")
+    parser.add_argument("--checkpoint-dir", default=None,
+                        help="local path or fsspec URL (default MLOPS_CHECKPOINT_DIR, else <home>/checkpoints)")
+    parser.add_argument("--run-id", default=None, help="MLflow run to log into (rank 0)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from pipelines.checkpoint import TrainingPreempted
+    from pipelines.logs import configure_logging
+
+    configure_logging()
+    args = parse_args(argv)
+    try:
+        settings = Settings()
+        run_training(split_paths(args.data_dir), args.out_dir, args.checkpoint_dir or settings.resolved_checkpoint_dir,
+                     run_id=args.run_id, settings=settings, resume_key=args.run_id)
+    except TrainingPreempted as exc:
+        log.warning("%s", exc.message)
+        return exc.exit_code
+    except MLOpsError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

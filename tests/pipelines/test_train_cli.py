@@ -1,0 +1,142 @@
+"""`mlops train`: one process, under torchrun (2 gloo ranks), --reproduce and --search, against a real
+MLflow store on SQLite."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import mlflow
+import pytest
+from mlflow.tracking import MlflowClient
+from typer.testing import CliRunner
+
+from mlops import registry
+from mlops.cli import app
+from mlops.settings import Settings
+
+runner = CliRunner()
+# Dropout off: the 2-rank run then sees exactly the single run's batches (see pipelines/distributed.shard),
+# so its F1 differs only by floating-point summation order, not by sampling noise on a tiny test split.
+ENV = {"MLOPS_MAX_EPOCHS": "5", "MLOPS_PATIENCE": "10", "MLOPS_DROPOUT": "0", "MLOPS_DEVICE": "cpu",
+       "MLOPS_SEED": "3", "MLOPS_BATCH_SIZE": "256"}
+RUN_LINE = re.compile(r"run ([0-9a-f]{32}):")
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    path = tmp_path_factory.mktemp("train-cli-home")
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in {**ENV, "MLOPS_HOME": str(path)}.items():
+            patch.setenv(key, value)
+        yield path
+    mlflow.set_tracking_uri(None)  # type: ignore[arg-type]  # None = unset, the environment decides again
+    mlflow.set_registry_uri(None)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def single_run(home: Path, data_dir: Path) -> str:
+    result = runner.invoke(app, ["train", "--data-dir", str(data_dir), "--out-dir", str(home / "single")])
+    assert result.exit_code == 0, result.output
+    match = RUN_LINE.search(result.output)
+    assert match is not None, result.output
+    return match.group(1)
+
+
+def _client(home: Path) -> MlflowClient:
+    return registry.client(Settings(home=home))
+
+
+def test_single_process_run_logs_model_metrics_and_calibration(home: Path, single_run: str) -> None:
+    run = _client(home).get_run(single_run)
+    assert (home / "single" / "onnx" / "model.onnx").is_file()
+    assert run.data.params["world_size"] == "1"
+    assert run.data.params["train.dropout"] == "0.0"
+    assert run.data.tags["onnx_sha256"]
+    assert run.data.metrics["test_brier"] < run.data.metrics["test_brier_uncalibrated"]
+    assert run.data.metrics["test_f1"] > 0.3
+
+
+def test_reproduce_gives_identical_metrics_and_onnx_hash(home: Path, single_run: str) -> None:
+    result = runner.invoke(app, ["train", "--reproduce", single_run, "--out-dir", str(home / "again")])
+    assert result.exit_code == 0, result.output
+    client = _client(home)
+    [again] = client.search_runs([client.get_run(single_run).info.experiment_id],
+                                 filter_string=f"tags.reproduces = '{single_run}'")
+    original = client.get_run(single_run)
+    test_metrics = {k: v for k, v in original.data.metrics.items() if k.startswith("test_")}
+    assert test_metrics
+    assert {k: again.data.metrics[k] for k in test_metrics} == test_metrics
+    assert again.data.tags["onnx_sha256"] == original.data.tags["onnx_sha256"]
+    assert "NO" not in result.output
+
+
+@pytest.mark.timeout(400)
+def test_torchrun_two_gloo_ranks_only_rank0_logs_and_matches_single_f1(
+    home: Path, single_run: str, data_dir: Path
+) -> None:
+    client = _client(home)
+    experiment_id = client.get_run(single_run).info.experiment_id
+    run_id = client.create_run(experiment_id, tags={"entry": "torchrun test"}).info.run_id
+    out_dir = home / "ddp"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "mlops.cli", "train",
+               "--data-dir", str(data_dir), "--out-dir", str(out_dir), "--run-id", run_id]
+    done = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          timeout=360, check=False)
+    log = done.stderr + done.stdout
+    assert done.returncode == 0, log[-3000:]
+
+    assert "rank 1/2" in log  # both ranks trained
+    assert log.count("rank 0 wrote") == 1
+    assert log.count("exported ") == 1
+    steps = re.findall(r"checkpoint at step (\d+)", log)
+    assert steps
+    assert len(steps) == len(set(steps))  # each checkpoint written once: by rank 0
+    run = client.get_run(run_id)
+    assert run.data.params["world_size"] == "2"
+    epochs = int(run.data.params["epochs_run"])
+    assert len(client.get_metric_history(run_id, "val_pr_auc")) == epochs  # one logger, not two
+    assert len(client.get_metric_history(run_id, "test_f1")) == 1
+    assert (out_dir / "onnx" / "model.onnx").is_file()
+    single_f1 = client.get_run(single_run).data.metrics["test_f1"]
+    assert abs(run.data.metrics["test_f1"] - single_f1) <= 0.01
+
+
+def test_search_runs_nested_trials_and_trains_the_best(home: Path, data_dir: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLOPS_MAX_EPOCHS", "2")
+    result = runner.invoke(app, ["train", "--search", "2", "--data-dir", str(data_dir), "--out-dir",
+                                 str(home / "searched")])
+    assert result.exit_code == 0, result.output
+    match = RUN_LINE.search(result.output)
+    assert match is not None, result.output
+    parent = match.group(1)
+    client = _client(home)
+    experiment_id = client.get_run(parent).info.experiment_id
+    trials = client.search_runs([experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent}'")
+    assert len(trials) == 2
+    best = max(trials, key=lambda t: t.data.metrics["best_val_pr_auc"])
+    parent_params = client.get_run(parent).data.params
+    trained_with = {k: v for k, v in parent_params.items() if k.startswith("train.")}
+    assert trained_with == {k: v for k, v in best.data.params.items() if k.startswith("train.")}
+    assert parent_params["search_trials"] == "2"
+
+
+@pytest.mark.parametrize(
+    ("args", "message", "code"),
+    [
+        (["train"], "--data-dir is required", 2),
+        (["train", "--data-dir", "/nonexistent"], "lacks split files", 2),
+        (["train", "--reproduce", "abc", "--search", "2"], "--reproduce takes no", 2),
+        (["train", "--reproduce", "0123456789abcdef0123456789abcdef"], "no MLflow run", 4),
+    ],
+)
+def test_bad_input_is_one_clear_line(home: Path, args: list[str], message: str, code: int) -> None:
+    result = runner.invoke(app, args)
+    assert result.exit_code == code, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
