@@ -49,7 +49,7 @@ def test_no_step_reuses_cached_results() -> None:
 
 
 def test_export_sits_between_train_and_evaluate() -> None:
-    tasks = yaml.safe_load(COMPILED_PIPELINE.read_text())["root"]["dag"]["tasks"]
+    tasks = _pipeline_spec()["root"]["dag"]["tasks"]
     assert tasks["export"]["inputs"]["artifacts"]["model"]["taskOutputArtifact"]["producerTask"] == "train"
     evaluate_inputs = tasks["evaluate"]["inputs"]
     assert evaluate_inputs["artifacts"]["model"]["taskOutputArtifact"]["producerTask"] == "export"
