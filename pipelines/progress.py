@@ -129,6 +129,8 @@ def key_figure(step: str, params: Mapping[str, str], metrics: Mapping[str, float
         if "best_val_pr_auc" in metrics:
             figure += f", val PR-AUC {metrics['best_val_pr_auc']:.2f}"
         return figure + (f" ({params['device_used']})" if "device_used" in params else "")
+    if step == "export" and "export_max_abs_diff" in metrics:
+        return f"ONNX parity vs torch {metrics['export_max_abs_diff']:.1e}"
     if step == "evaluate" and "test_f1" in metrics:
         versus = (f"vs production {metrics['production_test_f1']:.2f}" if "production_test_f1" in metrics
                   else "(no production model yet)")

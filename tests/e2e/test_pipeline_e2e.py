@@ -85,10 +85,11 @@ def test_first_run_registers_and_promotes(platform: Platform) -> None:
 
 def test_first_run_reports_each_step_and_keeps_its_logs_in_a_file(platform: Platform) -> None:
     steps = platform.first_steps
-    assert [s.step for s in steps] == ["ingest", "validate", "preprocess", "train", "evaluate", "deploy"]
+    assert [s.step for s in steps] == ["ingest", "validate", "preprocess", "train", "export", "evaluate", "deploy"]
     assert all(s.succeeded and s.seconds > 0 and s.figure for s in steps), [s.line for s in steps]
     assert steps[0].figure.startswith(f"{ROWS:,} rows, sha256 ")
-    assert steps[4].figure.endswith("-> promote")
+    assert steps[4].figure.startswith("ONNX parity vs torch")
+    assert steps[5].figure.endswith("-> promote")
     log = run_log_path(platform.settings, "first").read_text()
     assert "Executing task 'train'" in log
     assert "validation passed" in log  # the steps' own log lines
