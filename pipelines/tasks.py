@@ -127,7 +127,7 @@ def train_task(train: Path, validation: Path, test: Path, run_id: str, model_dir
         result = train_model(frames["train"], frames["validation"], contract, params, on_epoch=show)
         run = mlflow.get_run(run_id)
         export = export_and_check(result, contract, frames["test"], model_dir, settings.parity_tolerance,
-                                  metadata={"run_id": run_id,
+                                  metadata={"run_id": run_id, "contract_sha256": contract.fingerprint,
                                             "dataset_sha256": run.data.params.get("dataset_sha256", "")})
         model_uri = log_training_to_mlflow(run_id, params, result, export,
                                            extra_params={"train_device_requested": settings.device})
@@ -169,7 +169,10 @@ def deploy_task(run_id: str) -> None:
         if version is None:
             raise PipelineError(f"MLflow run {run_id} registered no model version; nothing to deploy",
                                 step="deploy")
-        previous = deploy_version(settings, version)
+        evaluated = registry.client(settings).get_model_version(settings.model_name, version).tags
+        compared = evaluated.get("production_version_at_evaluation", "none")
+        previous = deploy_version(settings, version, expected=None if compared == "none" else compared,
+                                  actor=f"pipeline run {run_id}")
         mlflow.set_tags({"deployed_version": version})
     log.info("%s v%s now holds alias %r (was %s)", settings.model_name, version, settings.serving_alias,
              previous or "none")

@@ -1,17 +1,27 @@
-"""Entry point of the prediction service: ``mlops serve`` calls :func:`run`."""
+"""Entry point of the prediction service: ``mlops serve [--workers N]`` calls :func:`run`."""
 
 from __future__ import annotations
 
 import uvicorn
 
 from mlops.settings import Settings
+from serving.admin import check_admin_settings
 from serving.app import create_app
 
 
-def run(settings: Settings | None = None) -> None:
-    """Serve the production model on ``settings.host:settings.port`` until interrupted."""
+def run(settings: Settings | None = None, *, workers: int = 1) -> None:
+    """Serve on ``settings.host:settings.port`` until interrupted; ``workers`` processes share the port.
+
+    Workers read their settings from the same ``MLOPS_*`` environment, so they serve the same alias.
+    """
     settings = settings or Settings()
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port)
+    check_admin_settings(settings)  # fail here, once, rather than in every worker
+    # No access log: one line per request costs more than scoring it; /metrics counts requests.
+    if workers == 1:
+        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, access_log=False)
+    else:
+        uvicorn.run("serving.app:create_app", factory=True, host=settings.host, port=settings.port,
+                    workers=workers, access_log=False)
 
 
 if __name__ == "__main__":

@@ -65,7 +65,8 @@ def _build(settings: Settings) -> ServedPlatform:
     params = TrainParams.from_settings(settings)
     result = train_model(train, val, contract, params)
     export = export_and_check(result, contract, test, settings.runs_dir / "serving-test",
-                              settings.parity_tolerance, metadata={"model_name": settings.model_name})
+                              settings.parity_tolerance, metadata={"model_name": settings.model_name,
+                                                 "contract_sha256": contract.fingerprint})
 
     experiment_id = registry.ensure_experiment(settings)
     client = registry.client(settings)
