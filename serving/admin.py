@@ -74,7 +74,7 @@ def build_router(state: ServiceState) -> APIRouter:
     async def reload(request: Request) -> ServingAnswer:
         """Re-read the served alias now (instead of at the next poll)."""
         _authorize(request, state.settings)
-        await run_in_threadpool(state.manager.refresh)
+        await run_in_threadpool(lambda: state.manager.refresh(retry_refused=True))
         return answer()
 
     @router.post("/fallback", response_model=ServingAnswer)

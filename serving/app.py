@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -41,6 +42,7 @@ from serving.state import ServiceState
 
 log = logging.getLogger(__name__)
 
+_NEVER_IMPORTED = ("torch", "great_expectations", "evidently")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     413: {"model": ErrorResponse, "description": "The body is larger than MLOPS_MAX_BODY_BYTES."},
@@ -110,6 +112,17 @@ def _predictor(state: ServiceState) -> Predictor:
     return state.predictor
 
 
+def keep_training_stack_out() -> None:
+    """Make ``import torch`` fail in this process unless it is already loaded.
+
+    feast imports torch eagerly whenever it is installed (seconds and hundreds of MB) and carries
+    on without it; the service never needs it. A process that already has torch (a test that
+    trained a model) keeps it.
+    """
+    for name in _NEVER_IMPORTED:
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]  # None: "import halted" by design
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The prediction service for ``settings`` (default: from ``MLOPS_*`` environment variables)."""
     settings = settings or Settings()
@@ -168,8 +181,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.get("/healthz", response_model=HealthResponse, responses={503: _ERROR_RESPONSES[503]})
     async def healthz() -> HealthResponse:
         """The served model; 503 while none is loaded (kept for existing clients; see /v2/health/*)."""
-        served = state.manager.require().served
-        return HealthResponse(model_name=served.name, model_version=served.version)
+        loaded = state.manager.require()
+        return HealthResponse(model_name=loaded.served.name, model_version=loaded.served.version,
+                              serving_alias=loaded.alias, source="cache" if loaded.from_cache else "registry",
+                              warning=state.manager.last_error)
 
     @app.get("/metrics", include_in_schema=False)
     async def prometheus_metrics() -> Response:

@@ -27,10 +27,15 @@ class UnsupportedMediaTypeError(InputError):
     http_status = 415
 
 
-async def read_json(request: Request, max_bytes: int) -> Any:
-    """The parsed JSON body; 415 unless the content type is JSON, 413 beyond ``max_bytes``, 422 if malformed."""
+async def read_json(request: Request, max_bytes: int, *, untyped_is_json: bool = False) -> Any:
+    """The parsed JSON body; 415 unless the content type is JSON, 413 beyond ``max_bytes``, 422 if malformed.
+
+    ``untyped_is_json``: a body without a content type is read as JSON (standard Open Inference
+    Protocol clients send none); another declared type is still a 415.
+    """
     content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    if content_type != "application/json" and not content_type.endswith("+json"):
+    untyped = untyped_is_json and not content_type
+    if not untyped and content_type != "application/json" and not content_type.endswith("+json"):
         raise UnsupportedMediaTypeError(
             f"content-type must be application/json, got {content_type or 'none'!r}", field="content-type")
     declared = request.headers.get("content-length")

@@ -53,6 +53,7 @@ class ModelManager:
         self.current: LoadedModel | None = None
         self.challenger: LoadedModel | None = None
         self.last_error = ""  # why the newest version is not served (or why none is), for the operator
+        self._refused: tuple[str, str] | None = None  # (alias, version) that failed: not retried every poll
         self._refresh_lock = threading.Lock()
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
@@ -91,9 +92,11 @@ class ModelManager:
             self._swap(loaded)
             return loaded
 
-    def refresh(self) -> None:
+    def refresh(self, *, retry_refused: bool = False) -> None:
         """Re-read the followed alias (and the challenger's) and load what changed; never raises."""
         with self._refresh_lock:
+            if retry_refused:
+                self._refused = None
             self._refresh_serving()
             if self.settings.shadow:
                 self._refresh_challenger()
@@ -112,10 +115,14 @@ class ModelManager:
             return
         current = self.current
         if current is not None and current.served.version == version and not current.from_cache:
+            self.last_error = ""
+            return
+        if self._refused == (alias, version):
             return
         try:
             loaded = self._load(alias, version)
         except MLOpsError as exc:
+            self._refused = (alias, version)
             self.last_error = f"version {version} of alias {alias!r} not served: {exc.message}"
             log.error("%s", self.last_error)
             return

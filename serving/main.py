@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import uvicorn
+from fastapi import FastAPI
 
 from mlops.settings import Settings
 from serving.admin import check_admin_settings
-from serving.app import create_app
+from serving.app import create_app, keep_training_stack_out
+
+
+def service_app() -> FastAPI:
+    """The factory a server process calls (``uvicorn serving.main:service_app --factory``)."""
+    keep_training_stack_out()
+    return create_app(Settings())
 
 
 def run(settings: Settings | None = None, *, workers: int = 1) -> None:
@@ -18,9 +25,10 @@ def run(settings: Settings | None = None, *, workers: int = 1) -> None:
     check_admin_settings(settings)  # fail here, once, rather than in every worker
     # No access log: one line per request costs more than scoring it; /metrics counts requests.
     if workers == 1:
+        keep_training_stack_out()
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port, access_log=False)
     else:
-        uvicorn.run("serving.app:create_app", factory=True, host=settings.host, port=settings.port,
+        uvicorn.run("serving.main:service_app", factory=True, host=settings.host, port=settings.port,
                     workers=workers, access_log=False)
 
 

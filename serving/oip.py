@@ -154,7 +154,8 @@ def build_router(state: ServiceState) -> APIRouter:
         if "inference-header-content-length" in request.headers:
             raise InputError("the binary tensor data extension is not supported; send JSON tensors",
                              field="body")
-        body = validate(await read_json(request, state.settings.max_body_bytes), InferRequest)
+        body = validate(await read_json(request, state.settings.max_body_bytes, untyped_is_json=True),
+                        InferRequest)
         assert isinstance(body, InferRequest)  # validate returns the model it was given
         n, columns = _columns(body, loaded, state)
         rows = [{k: v[i] for k, v in columns.items()} for i in range(n)]

@@ -80,6 +80,10 @@ class HealthResponse(BaseModel):
     status: Literal["ok"] = "ok"
     model_name: str
     model_version: str
+    serving_alias: str
+    source: Literal["registry", "cache"] = Field(
+        description="cache: the registry was unreachable at start; the last model served is used.")
+    warning: str = Field(default="", description="Why a newer version is not served, if one is not.")
 
 
 MAX_BATCH = 256
