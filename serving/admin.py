@@ -10,18 +10,21 @@ import hmac
 import logging
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from mlops.errors import AuthError, ConfigError
 from mlops.settings import Settings
-from serving.body import read_json, validate
+from serving.body import openapi_body, read_json, validate
 from serving.errors import ErrorResponse
 from serving.lifecycle import FALLBACK_ALIAS
 from serving.state import ServiceState
 
 log = logging.getLogger(__name__)
+# Declares the bearer scheme in the OpenAPI document; the token is checked by _authorize.
+_BEARER = Depends(HTTPBearer(auto_error=False, description="MLOPS_ADMIN_TOKEN"))
 _ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorResponse} for code in (401, 409, 413, 415, 422)}
 
 
@@ -45,12 +48,11 @@ def check_admin_settings(settings: Settings) -> None:
                           "with an open admin API")
 
 
-def _authorize(request: Request, settings: Settings) -> None:
+def _authorize(credentials: HTTPAuthorizationCredentials | None, settings: Settings) -> None:
     if settings.admin_token is None:
         return  # dev mode (check_admin_settings refused anything else)
-    given = request.headers.get("authorization", "")
-    expected = f"Bearer {settings.admin_token.get_secret_value()}"
-    if not hmac.compare_digest(given.encode(), expected.encode()):
+    given = credentials.credentials if credentials is not None else ""
+    if not hmac.compare_digest(given.encode(), settings.admin_token.get_secret_value().encode()):
         raise AuthError("admin routes need 'Authorization: Bearer <MLOPS_ADMIN_TOKEN>'", field="authorization")
 
 
@@ -71,25 +73,29 @@ def build_router(state: ServiceState) -> APIRouter:
                              model_version=current.served.version if current else None)
 
     @router.post("/reload", response_model=ServingAnswer)
-    async def reload(request: Request) -> ServingAnswer:
+    async def reload(credentials: HTTPAuthorizationCredentials | None = _BEARER) -> ServingAnswer:
         """Re-read the served alias now (instead of at the next poll)."""
-        _authorize(request, state.settings)
+        _authorize(credentials, state.settings)
         await run_in_threadpool(lambda: state.manager.refresh(retry_refused=True))
         return answer()
 
-    @router.post("/fallback", response_model=ServingAnswer)
-    async def fallback(request: Request) -> ServingAnswer:
+    @router.post("/fallback", response_model=ServingAnswer,
+                 openapi_extra=openapi_body(SwitchRequest, required=False))
+    async def fallback(request: Request, credentials: HTTPAuthorizationCredentials | None = _BEARER
+                       ) -> ServingAnswer:
         """Serve the version holding alias `fallback` (and follow that alias) until switched back."""
-        _authorize(request, state.settings)
+        _authorize(credentials, state.settings)
         reason = await _reason(request, state)
         await run_in_threadpool(state.manager.follow, FALLBACK_ALIAS)
         log.warning("switched to alias %r: %s", FALLBACK_ALIAS, reason or "no reason given")
         return answer()
 
-    @router.post("/production", response_model=ServingAnswer)
-    async def production(request: Request) -> ServingAnswer:
+    @router.post("/production", response_model=ServingAnswer,
+                 openapi_extra=openapi_body(SwitchRequest, required=False))
+    async def production(request: Request, credentials: HTTPAuthorizationCredentials | None = _BEARER
+                         ) -> ServingAnswer:
         """Follow the serving alias again (default `production`)."""
-        _authorize(request, state.settings)
+        _authorize(credentials, state.settings)
         reason = await _reason(request, state)
         await run_in_threadpool(state.manager.follow, state.settings.serving_alias)
         log.warning("switched back to alias %r: %s", state.settings.serving_alias, reason or "no reason given")

@@ -32,7 +32,7 @@ from mlops.feature_store import open_store
 from mlops.prediction_log import PredictionLog, log_dir
 from mlops.settings import Settings
 from serving import admin, oip
-from serving.body import json_response, read_json, validate
+from serving.body import json_response, openapi_body, read_json, validate
 from serving.errors import ErrorResponse, install_error_handlers
 from serving.lifecycle import ModelManager
 from serving.metrics import ServiceMetrics
@@ -140,13 +140,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(RequestMetrics, metrics=metrics)
 
-    def body_doc(model: type[Any]) -> dict[str, Any]:
-        # Bodies are parsed by hand (serving.body), so their schema is declared here for the docs.
-        return {"requestBody": {"required": True, "content": {"application/json": {
-            "schema": model.model_json_schema()}}}}
-
     @app.post("/predict", responses={200: {"model": response_model}, **_ERROR_RESPONSES},
-              openapi_extra=body_doc(request_model))
+              openapi_extra=openapi_body(request_model))
     async def predict(request: Request) -> Response:
         started = time.perf_counter()
         loaded, predictor = state.manager.require(), _predictor(state)
@@ -161,7 +156,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return json_response(predictor.answer(loaded, gathered, probability, request_id))
 
     @app.post("/predict/batch", responses={200: {"model": batch_response}, **_ERROR_RESPONSES},
-              openapi_extra=body_doc(batch_request))
+              openapi_extra=openapi_body(batch_request))
     async def predict_batch(request: Request) -> Response:
         started = time.perf_counter()
         loaded, predictor = state.manager.require(), _predictor(state)

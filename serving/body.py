@@ -79,3 +79,24 @@ def validate(data: Any, model: type[BaseModel]) -> BaseModel:
 def json_response(body: Any, status_code: int = 200) -> Response:
     """``body`` serialized by orjson (FastAPI's own serialization costs more per small answer)."""
     return Response(content=orjson.dumps(body), status_code=status_code, media_type="application/json")
+
+
+def openapi_body(model: type[BaseModel], *, required: bool = True) -> dict[str, Any]:
+    """``openapi_extra`` declaring ``model`` as the JSON body of a route that parses its body by hand.
+
+    The model's ``$defs`` are inlined: references relative to the model's own schema would not
+    resolve inside the OpenAPI document.
+    """
+    schema = model.model_json_schema()
+    definitions = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return inline(definitions[node["$ref"].rsplit("/", 1)[-1]])
+            return {key: inline(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [inline(item) for item in node]
+        return node
+
+    return {"requestBody": {"required": required, "content": {"application/json": {"schema": inline(schema)}}}}

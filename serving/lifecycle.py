@@ -87,6 +87,9 @@ class ModelManager:
                 raise PromotionConflictError(f"cannot switch to alias {alias!r}: {exc.message}") from exc
             if version is None:
                 raise PromotionConflictError(f"no version holds alias {alias!r}; still serving {self.alias!r}")
+            current = self.current
+            if current is not None and current.alias == alias and current.served.version == version:
+                return current
             loaded = self._load(alias, version)
             self.alias = alias
             self._swap(loaded)

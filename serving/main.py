@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import uvicorn
 from fastapi import FastAPI
 
@@ -13,6 +15,8 @@ from serving.app import create_app, keep_training_stack_out
 def service_app() -> FastAPI:
     """The factory a server process calls (``uvicorn serving.main:service_app --factory``)."""
     keep_training_stack_out()
+    # A progress bar per model download is noise in a service log.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     return create_app(Settings())
 
 
@@ -24,6 +28,7 @@ def run(settings: Settings | None = None, *, workers: int = 1) -> None:
     settings = settings or Settings()
     check_admin_settings(settings)  # fail here, once, rather than in every worker
     # No access log: one line per request costs more than scoring it; /metrics counts requests.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     if workers == 1:
         keep_training_stack_out()
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port, access_log=False)

@@ -12,12 +12,12 @@ import time
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Path, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from mlops.errors import InputError, NotFoundError
 from mlops.prediction_log import PredictionRecord
-from serving.body import json_response, read_json, validate
+from serving.body import json_response, openapi_body, read_json, validate
 from serving.errors import OipErrorResponse
 from serving.lifecycle import LoadedModel
 from serving.schemas import MAX_BATCH
@@ -119,6 +119,8 @@ def _model(state: ServiceState, name: str) -> LoadedModel:
 
 def build_router(state: ServiceState) -> APIRouter:
     router = APIRouter(prefix="/v2", tags=["Open Inference Protocol v2"], responses=_ERRORS)
+    # A default, not an Annotated alias: annotations are strings here and FastAPI reads module globals.
+    model_name = Path(max_length=128, examples=[state.settings.model_name])
 
     @router.get("/health/live")
     async def live() -> dict[str, bool]:
@@ -132,7 +134,7 @@ def build_router(state: ServiceState) -> APIRouter:
         return {"ready": True}
 
     @router.get("/models/{name}")
-    async def metadata(name: str) -> dict[str, Any]:
+    async def metadata(name: str = model_name) -> dict[str, Any]:
         loaded = _model(state, name)
         session = loaded.model.session
         return {
@@ -143,12 +145,12 @@ def build_router(state: ServiceState) -> APIRouter:
         }
 
     @router.get("/models/{name}/ready")
-    async def model_ready(name: str) -> dict[str, Any]:
+    async def model_ready(name: str = model_name) -> dict[str, Any]:
         return {"name": name, "ready": _model(state, name) is not None}
 
-    @router.post("/models/{name}/infer", responses={200: {"model": InferResponse}}, openapi_extra={"requestBody": {
-        "required": True, "content": {"application/json": {"schema": InferRequest.model_json_schema()}}}})
-    async def infer(name: str, request: Request) -> Response:
+    @router.post("/models/{name}/infer", responses={200: {"model": InferResponse}},
+                 openapi_extra=openapi_body(InferRequest))
+    async def infer(request: Request, name: str = model_name) -> Response:
         started = time.perf_counter()
         loaded = _model(state, name)
         if "inference-header-content-length" in request.headers:

@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from feast import FeatureStore
 
 
+_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)  # histories count microseconds since the epoch
+
+
 @dataclass(frozen=True)
 class Gathered:
     """One request's model inputs, ready to score."""
@@ -59,6 +62,9 @@ class Predictor:
         given: datetime | None = getattr(request, self.contract.timestamp_column)
         if given is None:
             return received
+        if given < _EARLIEST:
+            raise InputError(f"{self.contract.timestamp_column} {given.isoformat()} lies before 1970",
+                             field=self.contract.timestamp_column)
         if given - received > self.max_clock_skew:
             raise InputError(f"{self.contract.timestamp_column} {given.isoformat()} lies more than "
                              f"{self.max_clock_skew.total_seconds():g} s in the future",

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +26,7 @@ import pytest
 import tritonclient.http as oip
 from prometheus_client.parser import text_string_to_metric_families
 from served_platform import ServedPlatform, platform_in_env, sample_body
-from service_process import ServiceProcess, start_service
+from service_process import ServiceProcess, free_port, start_service
 
 from mlops import registry
 from mlops.errors import PromotionConflictError, RegistryError
@@ -156,6 +158,38 @@ def test_a_standard_oip_client_reads_health_metadata_and_infers(served: Served) 
     assert metadata["versions"] == [platform.version]
     np.testing.assert_allclose(result.as_numpy(model.output_name).reshape(-1), model.predict_proba(rows), atol=1e-6)
     assert not client.is_model_ready("another-model")
+
+
+def test_mlflow_models_serve_scores_the_registered_model(served: Served, tmp_path: Path) -> None:
+    platform = served.platform
+    model = OnnxModel(platform.onnx_path)
+    rows = _graph_rows(platform, 5)
+    port = free_port()
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "MLFLOW_TRACKING_URI": platform.settings.resolved_tracking_uri,
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    command = [str(bin_dir / "mlflow"), "models", "serve", "-m", f"models:/{platform.settings.model_name}/"
+               f"{platform.version}", "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)]
+    with (tmp_path / "mlflow-serve.log").open("wb") as log:
+        server = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _wait_for(lambda: _answers(f"http://127.0.0.1:{port}/ping"), timeout_s=120)
+        split = {"columns": model.input_names, "data": [[r[c] for c in model.input_names] for r in rows]}
+        response = httpx.post(f"http://127.0.0.1:{port}/invocations", json={"dataframe_split": split}, timeout=30)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+    assert response.status_code == 200, response.text
+    scored = np.asarray(response.json()["predictions"][model.output_name], dtype=np.float32).reshape(-1)
+    np.testing.assert_allclose(scored, model.predict_proba(rows), atol=1e-6)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 def test_answers_carry_and_log_the_request_id(served: Served, body: dict[str, Any]) -> None:
@@ -330,6 +364,25 @@ def test_metrics_count_requests_by_route_and_status(served: Served) -> None:
     assert _metric(served, "mlops_inference_seconds_count", {}) > 0
     assert _metric(served, "mlops_feature_fetch_seconds_count", {}) > 0
     assert _metric(served, "mlops_predicted_probability_count", {}) > 0
+
+
+def test_schemathesis_finds_no_server_error_and_no_schema_violation(served: Served, tmp_path: Path) -> None:
+    """Every operation, positive and negative data, every check but one.
+
+    positive_data_acceptance is left out: the schema cannot say that an event time must not lie
+    before 1970 or in the future, nor that /infer needs each graph input once, so schema-valid
+    data can rightly get a 422.
+    """
+    command = [str(Path(sys.executable).parent / "schemathesis"), "run", served.service.url + "/openapi.json",
+               "--checks", "all", "--exclude-checks", "positive_data_acceptance", "--mode", "all",
+               "--max-examples", "25", "--seed", "7", "--request-timeout", "10",
+               "--header", f"Authorization: Bearer {TOKEN}"]
+
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    httpx.post(served.service.url + "/admin/production", headers={"authorization": f"Bearer {TOKEN}"}, timeout=30)
+
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert "Exception in ASGI application" not in served.service.output()
 
 
 def test_started_without_registry_serves_the_cached_model_and_sigkill_loses_no_answer(
