@@ -75,7 +75,7 @@ class InferResponse(BaseModel):
 
 def _columns(request: InferRequest, loaded: LoadedModel, state: ServiceState) -> tuple[int, dict[str, list[Any]]]:
     """Check every tensor against the graph and the contract; the rows' count and the columns."""
-    types = dict(zip(loaded.model.input_names, (i.type for i in loaded.model.session.get_inputs()), strict=True))
+    types = loaded.model.input_types
     given = {t.name: t for t in request.inputs}
     missing = sorted(set(types) - set(given))
     unknown = sorted(set(given) - set(types))
@@ -183,7 +183,7 @@ def _record(state: ServiceState, loaded: LoadedModel, event_id: str, index: int,
     now = datetime.now(UTC)
     features = set(state.contract.feature_names)
     state.metrics.probability.observe(probability)
-    return PredictionRecord(
+    return PredictionRecord.model_construct(  # values already checked against the graph and contract
         event_id=f"{event_id}/{index}", event_timestamp=now, logged_at=now, entities={},
         inputs={k: v for k, v in row.items() if k not in features},
         features={k: float(v) for k, v in row.items() if k in features},

@@ -119,7 +119,8 @@ class Predictor:
 
 def prediction_record(model: LoadedModel, gathered: Gathered, probability: float, *, request_id: str,
                       latency_s: float | None, role: str = "champion") -> PredictionRecord:
-    return PredictionRecord(
+    # model_construct: every value comes from validated requests and the model; skip re-validating.
+    return PredictionRecord.model_construct(
         event_id=gathered.event_id, event_timestamp=gathered.moment, logged_at=datetime.now(UTC),
         entities=gathered.keys, inputs=gathered.inputs, features=gathered.features,
         unknown_entities=gathered.unknown_entities, unknown_categories=gathered.unknown_categories,

@@ -58,8 +58,8 @@ class OnnxModel:
         self.path = Path(path)
         self.session = ort.InferenceSession(str(self.path), sess_options=options, providers=_providers())
         self.metadata: dict[str, str] = dict(self.session.get_modelmeta().custom_metadata_map)
-        self._input_types = {i.name: i.type for i in self.session.get_inputs()}
-        self.input_names: list[str] = list(self._input_types)
+        self.input_types: dict[str, str] = {i.name: i.type for i in self.session.get_inputs()}
+        self.input_names: list[str] = list(self.input_types)
         self.output_name: str = self.session.get_outputs()[0].name
 
     @property
@@ -77,7 +77,7 @@ class OnnxModel:
         if missing:
             raise InputError(f"missing model input fields: {missing}", field=missing[0])
         feed: dict[str, np.ndarray] = {}
-        for name, kind in self._input_types.items():
+        for name, kind in self.input_types.items():
             values = columns[name]
             if kind == _STRING_TYPE:
                 feed[name] = np.array([str(v) for v in values], dtype=object).reshape(-1, 1)

@@ -57,12 +57,16 @@ class PredictionRecord(BaseModel):
     role: str = "champion"  # "challenger" for shadow scores logged beside the champion's
 
 
+_PLAIN_FIELDS = [n for n in PredictionRecord.model_fields if n not in ("entities", "inputs", "features")]
+
+
 def log_dir(settings: Settings) -> Path:
     return settings.resolved_home / "predictions"
 
 
 def _row(record: PredictionRecord) -> dict[str, Any]:
-    row = record.model_dump(exclude={"entities", "inputs", "features"})
+    # Attribute reads, not model_dump: this runs for every prediction on the writer thread.
+    row = {name: getattr(record, name) for name in _PLAIN_FIELDS}
     row.update({_ENTITY + k: v for k, v in record.entities.items()})
     row.update({_INPUT + k: v for k, v in record.inputs.items()})
     row.update({_FEATURE + k: float(v) for k, v in record.features.items()})
