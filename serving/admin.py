@@ -72,6 +72,14 @@ def build_router(state: ServiceState) -> APIRouter:
         return ServingAnswer(serving_alias=state.manager.alias,
                              model_version=current.served.version if current else None)
 
+    async def switch(alias: str, request: Request, credentials: HTTPAuthorizationCredentials | None
+                     ) -> ServingAnswer:
+        _authorize(credentials, state.settings)
+        reason = await _reason(request, state)
+        await run_in_threadpool(state.manager.follow, alias)
+        log.warning("now following alias %r: %s", alias, reason or "no reason given")
+        return answer()
+
     @router.post("/reload", response_model=ServingAnswer)
     async def reload(credentials: HTTPAuthorizationCredentials | None = _BEARER) -> ServingAnswer:
         """Re-read the served alias now (instead of at the next poll)."""
@@ -84,21 +92,13 @@ def build_router(state: ServiceState) -> APIRouter:
     async def fallback(request: Request, credentials: HTTPAuthorizationCredentials | None = _BEARER
                        ) -> ServingAnswer:
         """Serve the version holding alias `fallback` (and follow that alias) until switched back."""
-        _authorize(credentials, state.settings)
-        reason = await _reason(request, state)
-        await run_in_threadpool(state.manager.follow, FALLBACK_ALIAS)
-        log.warning("switched to alias %r: %s", FALLBACK_ALIAS, reason or "no reason given")
-        return answer()
+        return await switch(FALLBACK_ALIAS, request, credentials)
 
     @router.post("/production", response_model=ServingAnswer,
                  openapi_extra=openapi_body(SwitchRequest, required=False))
     async def production(request: Request, credentials: HTTPAuthorizationCredentials | None = _BEARER
                          ) -> ServingAnswer:
         """Follow the serving alias again (default `production`)."""
-        _authorize(credentials, state.settings)
-        reason = await _reason(request, state)
-        await run_in_threadpool(state.manager.follow, state.settings.serving_alias)
-        log.warning("switched back to alias %r: %s", state.settings.serving_alias, reason or "no reason given")
-        return answer()
+        return await switch(state.settings.serving_alias, request, credentials)
 
     return router

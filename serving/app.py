@@ -140,38 +140,35 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(RequestMetrics, metrics=metrics)
 
-    @app.post("/predict", responses={200: {"model": response_model}, **_ERROR_RESPONSES},
-              openapi_extra=openapi_body(request_model))
-    async def predict(request: Request) -> Response:
+    async def answer(request: Request, requests: list[Any]) -> list[dict[str, Any]]:
+        """Features, one inference call, durable log, shadow scoring; the answers in request order."""
         started = time.perf_counter()
         loaded, predictor = state.manager.require(), _predictor(state)
-        payload = validate(await read_json(request, settings.max_body_bytes), request_model)
-        # The feature store blocks (SQLite, Redis); keep it off the event loop.
-        gathered = await run_in_threadpool(predictor.gather, payload)
-        [probability] = predictor.score(loaded, [gathered])
-        request_id = request.state.request_id
-        await state.log_all([prediction_record(loaded, gathered, probability, request_id=request_id,
-                                               latency_s=time.perf_counter() - started)])
-        state.shadow([gathered], request_id)
-        return json_response(predictor.answer(loaded, gathered, probability, request_id))
-
-    @app.post("/predict/batch", responses={200: {"model": batch_response}, **_ERROR_RESPONSES},
-              openapi_extra=openapi_body(batch_request))
-    async def predict_batch(request: Request) -> Response:
-        started = time.perf_counter()
-        loaded, predictor = state.manager.require(), _predictor(state)
-        batch = validate(await read_json(request, settings.max_body_bytes), batch_request)
-        instances: list[Any] = batch.instances  # type: ignore[attr-defined]
-        # In order: a later transaction of the same card sees the earlier ones of this batch.
-        gathered = await run_in_threadpool(lambda: [predictor.gather(r) for r in instances])
+        # The feature store blocks (SQLite, Redis): off the event loop. In order: a later
+        # transaction of the same card sees the earlier ones of this request.
+        gathered = await run_in_threadpool(lambda: [predictor.gather(r) for r in requests])
         probabilities = predictor.score(loaded, gathered)
         request_id = request.state.request_id
         latency = time.perf_counter() - started
         await state.log_all([prediction_record(loaded, g, p, request_id=request_id, latency_s=latency)
                              for g, p in zip(gathered, probabilities, strict=True)])
         state.shadow(gathered, request_id)
-        return json_response({"predictions": [predictor.answer(loaded, g, p, request_id)
-                                              for g, p in zip(gathered, probabilities, strict=True)]})
+        return [predictor.answer(loaded, g, p, request_id) for g, p in zip(gathered, probabilities, strict=True)]
+
+    @app.post("/predict", responses={200: {"model": response_model}, **_ERROR_RESPONSES},
+              openapi_extra=openapi_body(request_model))
+    async def predict(request: Request) -> Response:
+        state.manager.require()  # 503 before reading the body when there is nothing to answer with
+        payload = validate(await read_json(request, settings.max_body_bytes), request_model)
+        [single] = await answer(request, [payload])
+        return json_response(single)
+
+    @app.post("/predict/batch", responses={200: {"model": batch_response}, **_ERROR_RESPONSES},
+              openapi_extra=openapi_body(batch_request))
+    async def predict_batch(request: Request) -> Response:
+        state.manager.require()
+        batch = validate(await read_json(request, settings.max_body_bytes), batch_request)
+        return json_response({"predictions": await answer(request, batch.instances)})  # type: ignore[attr-defined]
 
     @app.get("/healthz", response_model=HealthResponse, responses={503: _ERROR_RESPONSES[503]})
     async def healthz() -> HealthResponse:
