@@ -19,6 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 from served_platform import ServedPlatform, platform_in_env, sample_body
 
+from mlops import registry
 from mlops.feature_store import open_store
 from mlops.features import compute_features, empty_history
 from mlops.inference import OnnxModel
@@ -217,3 +218,22 @@ def test_probability_is_a_finite_number_in_unit_interval(client: TestClient, bod
 
     assert np.isfinite(probabilities).all()
     assert all(0.0 <= p <= 1.0 for p in probabilities)
+
+
+def test_shadow_mode_logs_the_challenger_beside_the_champion(
+    platform_home: ServedPlatform, body: dict[str, Any]
+) -> None:
+    settings = platform_home.settings
+    registry.promote(settings, platform_home.version, alias="challenger", actor="test", reason="shadow test")
+    shadowed = settings.model_copy(update={"shadow": True})
+
+    with TestClient(create_app(shadowed)) as shadow_client:
+        response = shadow_client.post("/predict", json={**body, "transaction_id": "T-shadow"})
+    # Leaving the block stops the app, which waits for the shadow scorer and closes the log.
+
+    assert response.status_code == 200, response.text
+    logged = [r for r in read_predictions(log_dir(settings)) if r.event_id == "T-shadow"]
+    assert sorted(r.role for r in logged) == ["challenger", "champion"]
+    champion, challenger = sorted(logged, key=lambda r: r.role != "champion")
+    assert challenger.probability == pytest.approx(champion.probability, abs=1e-6)
+    assert challenger.features == champion.features
