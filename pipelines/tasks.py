@@ -122,6 +122,7 @@ def export_task(model_dir: Path, test: Path, run_id: str, onnx_dir: Path) -> str
     with tracked_step(run_id, "export"):
         export = export_and_check(trained, contract, frame, onnx_dir, settings.parity_tolerance,
                                   metadata={"training_fingerprint": summary["fingerprint"],
+                                            "contract_sha256": contract.fingerprint,
                                             "train_sha256": summary["data_sha256"]["train"]})
         uncalibrated = uncalibrated_report(trained, contract, frame)
         mlflow.log_metrics({"test_brier_uncalibrated": uncalibrated.brier,
@@ -179,7 +180,10 @@ def deploy_task(run_id: str) -> None:
         if version is None:
             raise PipelineError(f"MLflow run {run_id} registered no model version; nothing to deploy",
                                 step="deploy")
-        previous = deploy_version(settings, version)
+        evaluated = registry.client(settings).get_model_version(settings.model_name, version).tags
+        compared = evaluated.get("production_version_at_evaluation", "none")
+        previous = deploy_version(settings, version, expected=None if compared == "none" else compared,
+                                  actor=f"pipeline run {run_id}")
         mlflow.set_tags({"deployed_version": version})
     log.info("%s v%s now holds alias %r (was %s)", settings.model_name, version, settings.serving_alias,
              previous or "none")

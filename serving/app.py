@@ -1,109 +1,187 @@
-"""The FastAPI application: ``POST /predict`` and ``GET /healthz`` over the production model.
+"""The FastAPI application: the domain API (``/predict``, ``/predict/batch``), the Open Inference
+Protocol v2 routes, the admin API and ``/metrics``, over the model the registry alias names.
 
 ``create_app`` reads the contract (cheap, and the request schema is built from it); the lifespan
-does the slow part: downloading the model that holds the serving alias and opening the feature
-store. With no such model yet the app still starts and answers 503 until one is promoted and the
-service restarts. Run with ``uvicorn serving.app:create_app --factory``.
+does the slow part: loading the model that holds the serving alias (or the cached one when the
+registry is down), opening the feature store and the prediction log, starting the alias poller.
+With no model the app still starts: liveness answers, readiness and predictions answer 503 until
+a version is promoted. Run with ``uvicorn serving.app:create_app --factory``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
+import re
+import sys
+import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
 
-from fastapi import FastAPI, Request
-from pydantic import BaseModel, ValidationError
+from fastapi import FastAPI, Request, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mlops.contract import DataContract, load_contract
+from mlops.contract import load_contract
 from mlops.errors import ModelNotReadyError
+from mlops.feature_store import open_store
+from mlops.prediction_log import PredictionLog, log_dir
 from mlops.settings import Settings
-from serving.errors import ErrorResponse, install_error_handlers, invalid_body
-from serving.predictor import Predictor, load_predictor
-from serving.schemas import HealthResponse, build_request_model, build_response_model
+from serving import admin, oip
+from serving.body import json_response, openapi_body, read_json, validate
+from serving.errors import ErrorResponse, install_error_handlers
+from serving.lifecycle import ModelManager
+from serving.metrics import ServiceMetrics
+from serving.predictor import Predictor, prediction_record
+from serving.schemas import HealthResponse, build_batch_models, build_request_model, build_response_model
+from serving.state import ServiceState
 
 log = logging.getLogger(__name__)
 
+_NEVER_IMPORTED = ("torch", "great_expectations", "evidently")
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    413: {"model": ErrorResponse, "description": "The body is larger than MLOPS_MAX_BODY_BYTES."},
+    415: {"model": ErrorResponse, "description": "The body is not application/json."},
     422: {"model": ErrorResponse, "description": "The request is malformed; `field` names the culprit."},
-    503: {"model": ErrorResponse, "description": "No model holds the serving alias yet."},
+    503: {"model": ErrorResponse, "description": "No model is loaded, or the feature store failed."},
 }
 
 
-async def read_request(request: Request, model: type[BaseModel]) -> BaseModel:
-    """Parse and validate the JSON body; any failure is a RequestValidationError (422), never a 500."""
-    raw = await request.body()
-    try:
-        # Python's parser accepts NaN/Infinity, so such a value reaches the model and is refused
-        # there by name, instead of as an anonymous syntax error.
-        data = json.loads(raw)
-    except ValueError as exc:  # JSONDecodeError, or bytes that are not text at all
-        error = {"type": "json_invalid", "loc": (), "msg": f"body is not valid JSON: {exc}"}
-        raise invalid_body([error]) from exc
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise invalid_body(exc.errors(include_url=False)) from exc
+class RequestMetrics:
+    """ASGI middleware: a request id on every answer, and the per-route request count and latency."""
+
+    def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
+        request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        status = 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message.setdefault("headers", []).append((b"x-request-id", request_id.encode()))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            route = getattr(scope.get("route"), "path", "unmatched")
+            self.metrics.requests.labels(route=route, status=str(status)).inc()
+            self.metrics.latency.labels(route=route).observe(time.perf_counter() - started)
 
 
-def _predictor(request: Request) -> Predictor:
-    predictor: Predictor | None = request.app.state.predictor
-    if predictor is None:
-        raise ModelNotReadyError(request.app.state.not_ready)
-    return predictor
-
-
-def _lifespan(
-    settings: Settings, contract: DataContract
-) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+def _lifespan(state: ServiceState) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        serving_dir = settings.resolved_home / "serving"
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        serving_dir = state.settings.resolved_home / "serving"
         serving_dir.mkdir(parents=True, exist_ok=True)
         # A private download folder per process: replicas sharing a home never clobber each other.
         with TemporaryDirectory(dir=serving_dir, prefix="model-") as dest:
-            app.state.predictor, app.state.not_ready = None, ""
+            state.manager.workdir = Path(dest)
+            await run_in_threadpool(state.manager.start)
+            store = await run_in_threadpool(open_store, state.settings)
+            state.predictor = Predictor(state.contract, store, state.metrics,
+                                        max_clock_skew=timedelta(seconds=state.settings.max_clock_skew_s))
             try:
-                app.state.predictor = await run_in_threadpool(load_predictor, settings, contract, Path(dest))
-            except ModelNotReadyError as exc:
-                log.warning("starting without a model: %s", exc.message)
-                app.state.not_ready = exc.message
-            yield
+                yield
+            finally:
+                await run_in_threadpool(state.manager.stop)
+                state.shadow_pool.shutdown(wait=True)
+                state.prediction_log.close()
 
     return lifespan
+
+
+def _predictor(state: ServiceState) -> Predictor:
+    if state.predictor is None:
+        raise ModelNotReadyError("the feature store is not open yet")
+    return state.predictor
+
+
+def keep_training_stack_out() -> None:
+    """Make ``import torch`` fail in this process unless it is already loaded.
+
+    feast imports torch eagerly whenever it is installed (seconds and hundreds of MB) and carries
+    on without it; the service never needs it. A process that already has torch (a test that
+    trained a model) keeps it.
+    """
+    for name in _NEVER_IMPORTED:
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]  # None: "import halted" by design
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The prediction service for ``settings`` (default: from ``MLOPS_*`` environment variables)."""
     settings = settings or Settings()
+    admin.check_admin_settings(settings)
     contract = load_contract(settings.contract_path)
+    metrics = ServiceMetrics()
+    state = ServiceState(settings, contract, metrics,
+                         ModelManager(settings, contract, settings.resolved_home / "serving", metrics),
+                         PredictionLog(log_dir(settings)))
     request_model = build_request_model(contract)
     response_model = build_response_model(contract)
-    app = FastAPI(title="Fraud prediction service", lifespan=_lifespan(settings, contract))
+    batch_request, batch_response = build_batch_models(request_model, response_model)
+    app = FastAPI(title="Fraud prediction service", lifespan=_lifespan(state))
+    app.state.service = state
     install_error_handlers(app)
+    app.add_middleware(RequestMetrics, metrics=metrics)
 
-    @app.post(
-        "/predict",
-        response_model=response_model,
-        responses=_ERROR_RESPONSES,
-        # The body is parsed by hand (see read_request), so its schema is declared here for the docs.
-        openapi_extra={"requestBody": {"required": True, "content": {
-            "application/json": {"schema": request_model.model_json_schema()}}}},
-    )
-    async def predict(request: Request) -> dict[str, Any]:
-        predictor = _predictor(request)
-        payload = await read_request(request, request_model)
-        # Feature lookup and inference block; keep them off the event loop.
-        return await run_in_threadpool(predictor.predict, payload)
+    async def answer(request: Request, requests: list[Any]) -> list[dict[str, Any]]:
+        """Features, one inference call, durable log, shadow scoring; the answers in request order."""
+        started = time.perf_counter()
+        loaded, predictor = state.manager.require(), _predictor(state)
+        # The feature store blocks (SQLite, Redis): off the event loop. In order: a later
+        # transaction of the same card sees the earlier ones of this request.
+        gathered = await run_in_threadpool(lambda: [predictor.gather(r) for r in requests])
+        probabilities = predictor.score(loaded, gathered)
+        request_id = request.state.request_id
+        latency = time.perf_counter() - started
+        await state.log_all([prediction_record(loaded, g, p, request_id=request_id, latency_s=latency)
+                             for g, p in zip(gathered, probabilities, strict=True)])
+        state.shadow(gathered, request_id)
+        return [predictor.answer(loaded, g, p, request_id) for g, p in zip(gathered, probabilities, strict=True)]
+
+    @app.post("/predict", responses={200: {"model": response_model}, **_ERROR_RESPONSES},
+              openapi_extra=openapi_body(request_model))
+    async def predict(request: Request) -> Response:
+        state.manager.require()  # 503 before reading the body when there is nothing to answer with
+        payload = validate(await read_json(request, settings.max_body_bytes), request_model)
+        [single] = await answer(request, [payload])
+        return json_response(single)
+
+    @app.post("/predict/batch", responses={200: {"model": batch_response}, **_ERROR_RESPONSES},
+              openapi_extra=openapi_body(batch_request))
+    async def predict_batch(request: Request) -> Response:
+        state.manager.require()
+        batch = validate(await read_json(request, settings.max_body_bytes), batch_request)
+        return json_response({"predictions": await answer(request, batch.instances)})  # type: ignore[attr-defined]
 
     @app.get("/healthz", response_model=HealthResponse, responses={503: _ERROR_RESPONSES[503]})
-    async def healthz(request: Request) -> HealthResponse:
-        served = _predictor(request).served
-        return HealthResponse(model_name=served.name, model_version=served.version)
+    async def healthz() -> HealthResponse:
+        """The served model; 503 while none is loaded (kept for existing clients; see /v2/health/*)."""
+        loaded = state.manager.require()
+        return HealthResponse(model_name=loaded.served.name, model_version=loaded.served.version,
+                              serving_alias=loaded.alias, source="cache" if loaded.from_cache else "registry",
+                              warning=state.manager.last_error)
 
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus_metrics() -> Response:
+        return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    app.include_router(oip.build_router(state))
+    app.include_router(admin.build_router(state))
     return app

@@ -13,10 +13,12 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mlops.errors import MLOpsError
 
 INVALID_REQUEST = "InvalidRequest"
+OIP_PREFIX = "/v2/"
 _LOCATIONS = frozenset({"body", "query", "path", "header", "cookie"})
 
 
@@ -45,24 +47,51 @@ def _validation_detail(errors: Sequence[Any]) -> list[dict[str, Any]]:
     ]
 
 
-async def _platform_error(_: Request, exc: Exception) -> JSONResponse:
+class OipErrorResponse(BaseModel):
+    """Error body of the Open Inference Protocol routes (/v2/...), as the protocol defines it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    error: str
+
+
+def _respond(request: Request, status: int, body: dict[str, Any]) -> JSONResponse:
+    if request.url.path.startswith(OIP_PREFIX):
+        detail = body.get("detail")
+        text = detail if isinstance(detail, str) else "; ".join(
+            f"{d['field']}: {d['msg']}" for d in detail or []) or body["error"]
+        return JSONResponse(status_code=status, content={"error": text})
+    return JSONResponse(status_code=status, content=body)
+
+
+async def _platform_error(request: Request, exc: Exception) -> JSONResponse:
     if not isinstance(exc, MLOpsError):  # registered for MLOpsError only; narrows the type
         raise exc
-    return JSONResponse(status_code=exc.http_status, content=exc.to_dict())
+    return _respond(request, exc.http_status, exc.to_dict())
 
 
-async def _invalid_request(_: Request, exc: Exception) -> JSONResponse:
+async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
     if not isinstance(exc, RequestValidationError):
         raise exc
     detail = _validation_detail(exc.errors())
     field = detail[0]["field"] if detail else "body"
     body = ErrorResponse(error=INVALID_REQUEST, detail=detail, field=field)
-    return JSONResponse(status_code=422, content=body.model_dump())
+    return _respond(request, 422, body.model_dump())
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    if not isinstance(exc, StarletteHTTPException):
+        raise exc
+    name = {404: "NotFound", 405: "MethodNotAllowed"}.get(exc.status_code, "HTTPError")
+    response = _respond(request, exc.status_code, {"error": name, "detail": str(exc.detail)})
+    response.headers.update(exc.headers or {})
+    return response
 
 
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(MLOpsError, _platform_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
 
 
 def invalid_body(errors: Sequence[Any]) -> RequestValidationError:

@@ -1,17 +1,40 @@
-"""Entry point of the prediction service: ``mlops serve`` calls :func:`run`."""
+"""Entry point of the prediction service: ``mlops serve [--workers N]`` calls :func:`run`."""
 
 from __future__ import annotations
 
+import os
+
 import uvicorn
+from fastapi import FastAPI
 
 from mlops.settings import Settings
-from serving.app import create_app
+from serving.admin import check_admin_settings
+from serving.app import create_app, keep_training_stack_out
 
 
-def run(settings: Settings | None = None) -> None:
-    """Serve the production model on ``settings.host:settings.port`` until interrupted."""
+def service_app() -> FastAPI:
+    """The factory a server process calls (``uvicorn serving.main:service_app --factory``)."""
+    keep_training_stack_out()
+    # A progress bar per model download is noise in a service log.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    return create_app(Settings())
+
+
+def run(settings: Settings | None = None, *, workers: int = 1) -> None:
+    """Serve on ``settings.host:settings.port`` until interrupted; ``workers`` processes share the port.
+
+    Workers read their settings from the same ``MLOPS_*`` environment, so they serve the same alias.
+    """
     settings = settings or Settings()
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port)
+    check_admin_settings(settings)  # fail here, once, rather than in every worker
+    # No access log: one line per request costs more than scoring it; /metrics counts requests.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    if workers == 1:
+        keep_training_stack_out()
+        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, access_log=False)
+    else:
+        uvicorn.run("serving.main:service_app", factory=True, host=settings.host, port=settings.port,
+                    workers=workers, access_log=False)
 
 
 if __name__ == "__main__":

@@ -1,111 +1,130 @@
-"""Scoring one request: entity histories from the online store, the window and time features at
+"""Scoring requests: entity histories from the online store, the window and time features at
 the request's event time, the ONNX graph, then the write-through that records the transaction.
 
 Features come from mlops.features, the same function training used; the graph carries all
 preprocessing. So this module only gathers inputs and never re-implements a transformation.
+The model is passed in per call (see serving.lifecycle): a swap never changes a call midway.
 """
 
 from __future__ import annotations
 
-import logging
+import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from mlops import registry
 from mlops.contract import DataContract
-from mlops.errors import ConfigError, InputError
-from mlops.feature_store import open_store
+from mlops.errors import InputError
 from mlops.features import compute_features, unknown_entities
-from mlops.inference import OnnxModel
 from mlops.online_features import OnlineFeatures
-from mlops.prediction_log import PredictionLog, PredictionRecord, log_dir
-from mlops.settings import Settings
+from mlops.prediction_log import PredictionRecord
+from serving.lifecycle import LoadedModel
+from serving.metrics import ServiceMetrics
 
 if TYPE_CHECKING:
     from feast import FeatureStore
 
-log = logging.getLogger(__name__)
+
+_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)  # histories count microseconds since the epoch
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """One request's model inputs, ready to score."""
+
+    event_id: str
+    moment: datetime
+    keys: dict[str, str]
+    inputs: dict[str, Any]
+    features: dict[str, float]
+    unknown_entities: list[str]
+    unknown_categories: list[str]
 
 
 class Predictor:
-    """One served model version and the online features it reads; safe to call from many threads."""
+    """Features and scoring for the domain API; safe to call from many threads."""
 
-    def __init__(self, contract: DataContract, store: FeatureStore, model: OnnxModel,
-                 served: registry.ServedModel, *, prediction_log: PredictionLog,
+    def __init__(self, contract: DataContract, store: FeatureStore, metrics: ServiceMetrics, *,
                  max_clock_skew: timedelta) -> None:
         self.contract = contract
         self.online = OnlineFeatures(store, contract)
-        self.model = model
-        self.served = served
-        self.prediction_log = prediction_log
+        self.metrics = metrics
         self.max_clock_skew = max_clock_skew
         self._raw_inputs = contract.raw_inputs
         self._join_keys = [e.join_key for e in contract.entities]
         self._value_columns = sorted({c for v in contract.feature_views for c in v.value_columns})
-        self._categories = {name: set(contract.column(name).categories or ())
+        self._categories = {name: frozenset(contract.column(name).categories or ())
                             for name in contract.model_inputs.categorical}
-        unknown = sorted(set(model.input_names) - set(self._raw_inputs) - set(contract.feature_names))
-        if unknown:
-            raise ConfigError(f"model {served.name} v{served.version} expects inputs the contract "
-                              f"does not provide: {unknown}")
 
     def _event_time(self, request: BaseModel, received: datetime) -> datetime:
         given: datetime | None = getattr(request, self.contract.timestamp_column)
         if given is None:
             return received
+        if given < _EARLIEST:
+            raise InputError(f"{self.contract.timestamp_column} {given.isoformat()} lies before 1970",
+                             field=self.contract.timestamp_column)
         if given - received > self.max_clock_skew:
             raise InputError(f"{self.contract.timestamp_column} {given.isoformat()} lies more than "
                              f"{self.max_clock_skew.total_seconds():g} s in the future",
                              field=self.contract.timestamp_column)
         return given.astimezone(UTC)
 
-    def predict(self, request: BaseModel) -> dict[str, Any]:
-        """Score one validated request, record it in the online store and the log; the response body."""
-        received = datetime.now(UTC)
-        moment = self._event_time(request, received)
+    def gather(self, request: BaseModel) -> Gathered:
+        """Read the entities' histories, compute the features at the event time, record the event."""
+        started = time.perf_counter()
+        moment = self._event_time(request, datetime.now(UTC))
         event_id = str(getattr(request, self.contract.id_column))
         keys = {key: str(getattr(request, key)) for key in self._join_keys}
-        inputs = request.model_dump(include=set(self._raw_inputs))
+        inputs = {name: getattr(request, name) for name in self._raw_inputs}
         with self.online.entities_locked(keys.items()):
             histories = self.online.read(keys)
             features = compute_features(self.contract, histories, moment)
             unknown = unknown_entities(self.contract, histories, moment)
-            probability = float(self.model.predict_proba([{**inputs, **features}])[0])
             self.online.record(keys, histories, event_id, moment,
                                {c: float(getattr(request, c)) for c in self._value_columns})
-        decision = "fraud" if probability >= self.model.threshold else "legit"
+        self.metrics.feature_fetch.observe(time.perf_counter() - started)
+        for entity in unknown:
+            self.metrics.unknown_entities.labels(entity=entity).inc()
         unknown_categories = [name for name, known in self._categories.items() if inputs[name] not in known]
-        self.prediction_log.append(PredictionRecord(
-            event_id=event_id, event_timestamp=moment, logged_at=datetime.now(UTC), entities=keys,
-            inputs=inputs, features=features, unknown_entities=unknown, unknown_categories=unknown_categories,
-            probability=probability, decision=decision, model_name=self.served.name,
-            model_version=self.served.version,
-        ))
+        return Gathered(event_id, moment, keys, inputs, features, unknown, unknown_categories)
+
+    def score(self, model: LoadedModel, rows: list[Gathered]) -> list[float]:
+        """Probabilities of ``rows`` in one ONNX Runtime call."""
+        started = time.perf_counter()
+        probabilities = model.model.predict_proba([{**g.inputs, **g.features} for g in rows])
+        self.metrics.inference.observe(time.perf_counter() - started)
+        self.metrics.batch_size.observe(len(rows))
+        self.metrics.predictions.inc(len(rows))
+        for p in probabilities:
+            self.metrics.probability.observe(float(p))
+        return [float(p) for p in probabilities]
+
+    def answer(self, model: LoadedModel, gathered: Gathered, probability: float, request_id: str) -> dict[str, Any]:
+        threshold = model.model.threshold
         return {
-            self.contract.id_column: event_id,
+            self.contract.id_column: gathered.event_id,
+            "request_id": request_id,
             "probability": probability,
-            "decision": decision,
-            "threshold": self.model.threshold,
-            "model_name": self.served.name,
-            "model_version": self.served.version,
-            self.contract.timestamp_column: moment,
-            "unknown_entities": unknown,
-            "unknown_categories": unknown_categories,
+            "decision": "fraud" if probability >= threshold else "legit",
+            "threshold": threshold,
+            "model_name": model.served.name,
+            "model_version": model.served.version,
+            self.contract.timestamp_column: gathered.moment.isoformat(),
+            "unknown_entities": gathered.unknown_entities,
+            "unknown_categories": gathered.unknown_categories,
         }
 
 
-def load_predictor(settings: Settings, contract: DataContract, dest: Path) -> Predictor:
-    """Download the model holding the serving alias into ``dest`` and open the feature store.
-
-    Raises ModelNotReadyError when no version holds the alias yet.
-    """
-    served = registry.download_serving_model(settings, dest)
-    model = OnnxModel(served.onnx_path)
-    log.info("serving %s version %s (run %s) on %s", served.name, served.version, served.run_id,
-             ", ".join(model.providers))
-    return Predictor(contract, open_store(settings), model, served,
-                     prediction_log=PredictionLog(log_dir(settings)),
-                     max_clock_skew=timedelta(seconds=settings.max_clock_skew_s))
+def prediction_record(model: LoadedModel, gathered: Gathered, probability: float, *, request_id: str,
+                      latency_s: float | None, role: str = "champion") -> PredictionRecord:
+    # model_construct: every value comes from validated requests and the model; skip re-validating.
+    return PredictionRecord.model_construct(
+        event_id=gathered.event_id, event_timestamp=gathered.moment, logged_at=datetime.now(UTC),
+        entities=gathered.keys, inputs=gathered.inputs, features=gathered.features,
+        unknown_entities=gathered.unknown_entities, unknown_categories=gathered.unknown_categories,
+        probability=probability, decision="fraud" if probability >= model.model.threshold else "legit",
+        model_name=model.served.name, model_version=model.served.version, request_id=request_id,
+        latency_s=latency_s, role=role,
+    )

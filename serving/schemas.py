@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, create_model
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
 from mlops.contract import DataContract
 
@@ -34,13 +34,20 @@ def _categorical_type() -> Any:
     return Annotated[str, Field(min_length=1, max_length=_CATEGORY_MAX_LENGTH)]
 
 
+def _date_time_text(value: Any) -> Any:
+    # pydantic reads a number as seconds since the epoch; the schema says an RFC 3339 string.
+    if value is not None and not isinstance(value, str):
+        raise ValueError("must be an RFC 3339 date-time string")
+    return value
+
+
 def build_request_model(contract: DataContract) -> type[BaseModel]:
     """The body of ``POST /predict``: one transaction's request fields, typed and bounded."""
     fields: dict[str, Any] = {contract.id_column: (_key_type(), ...)}
     for entity in contract.entities:
         fields[entity.join_key] = (_key_type(), ...)
     # Absent: the transaction happens now (the time the service received it).
-    fields[contract.timestamp_column] = (AwareDatetime | None, None)
+    fields[contract.timestamp_column] = (Annotated[AwareDatetime | None, BeforeValidator(_date_time_text)], None)
     for numeric in contract.model_inputs.numeric:
         fields[numeric.name] = (_numeric_type(contract, numeric.name), ...)
     for name in contract.model_inputs.categorical:
@@ -52,6 +59,7 @@ def build_response_model(contract: DataContract) -> type[BaseModel]:
     """The body of a successful prediction; the id field is named like the contract's id column."""
     fields: dict[str, Any] = {
         contract.id_column: (str, ...),
+        "request_id": (str, Field(description="The X-Request-ID given, or the one the service assigned.")),
         "probability": (float, Field(ge=0.0, le=1.0)),
         "decision": (Decision, ...),
         "threshold": (float, ...),
@@ -72,3 +80,22 @@ class HealthResponse(BaseModel):
     status: Literal["ok"] = "ok"
     model_name: str
     model_version: str
+    serving_alias: str
+    source: Literal["registry", "cache"] = Field(
+        description="cache: the registry was unreachable at start; the last model served is used.")
+    warning: str = Field(default="", description="Why a newer version is not served, if one is not.")
+
+
+MAX_BATCH = 256
+
+
+def build_batch_models(request_model: type[BaseModel], response_model: type[BaseModel]) -> tuple[
+        type[BaseModel], type[BaseModel]]:
+    """Bodies of ``POST /predict/batch``: up to MAX_BATCH transactions in, answers in the same order."""
+    batch_request = create_model(
+        "BatchPredictionRequest", __config__=ConfigDict(extra="forbid"),
+        instances=(list[request_model], Field(min_length=1, max_length=MAX_BATCH)))  # type: ignore[valid-type]
+    batch_response = create_model(
+        "BatchPredictionResponse", __config__=ConfigDict(extra="forbid"),
+        predictions=(list[response_model], ...))  # type: ignore[valid-type]
+    return batch_request, batch_response

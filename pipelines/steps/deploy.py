@@ -26,9 +26,14 @@ def promotion_tags(report: EvaluationReport) -> dict[str, str]:
     return tags
 
 
-def deploy_version(settings: Settings, version: str) -> str | None:
-    """Move the serving alias and Production stage to ``version``; returns the version it replaced."""
-    previous = registry.promote(settings, version)
+def deploy_version(settings: Settings, version: str, *, expected: str | None, actor: str) -> str | None:
+    """Move the serving alias and Production stage to ``version``; returns the version it replaced.
+
+    Compare-and-set: ``expected`` is the production version evaluate compared with; if production
+    moved since, PromotionConflictError and nothing changes.
+    """
+    previous = registry.promote(settings, version, expected=expected, actor=actor,
+                                reason="pipeline: better than production by the margin")
     registry.tag_version(settings, version, {
         "deployed_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "replaced_version": previous or "none",

@@ -64,15 +64,21 @@ def uncalibrated_report(trained: TrainedModel, contract: DataContract, frame: pd
 
 
 def _signature_from_onnx(model: onnx.ModelProto) -> ModelSignature:
-    """Column signature (one column per raw field) for the MLflow UI and registry checks."""
+    """One [batch, 1] tensor per graph input, as the graph takes them.
+
+    Tensor specs (not column specs) make MLflow reshape each column of a dataframe_split to
+    [batch, 1], so `mlflow models serve` scores the registered model as it is.
+    """
+    import numpy as np
     from mlflow.models.signature import ModelSignature
     from mlflow.types.schema import ColSpec, Schema, TensorSpec
 
-    kinds = {onnx.TensorProto.FLOAT: "float", onnx.TensorProto.STRING: "string"}
+    kinds = {onnx.TensorProto.FLOAT: np.dtype("float32"), onnx.TensorProto.STRING: np.dtype("O")}
     inputs: list[ColSpec | TensorSpec] = [
-        ColSpec(kinds[i.type.tensor_type.elem_type], i.name) for i in model.graph.input
+        TensorSpec(kinds[i.type.tensor_type.elem_type], (-1, 1), i.name) for i in model.graph.input
     ]
-    outputs: list[ColSpec | TensorSpec] = [ColSpec("float", o.name) for o in model.graph.output]
+    outputs: list[ColSpec | TensorSpec] = [TensorSpec(np.dtype("float32"), (-1, 1), o.name)
+                                           for o in model.graph.output]
     return ModelSignature(inputs=Schema(inputs), outputs=Schema(outputs))
 
 

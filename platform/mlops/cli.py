@@ -20,7 +20,7 @@ app = typer.Typer(help="MLOps platform: data -> validated features -> model -> r
                   no_args_is_help=True, pretty_exceptions_enable=False)
 data_app = typer.Typer(help="Generate and ingest raw data.", no_args_is_help=True)
 pipeline_app = typer.Typer(help="Compile and run the training pipeline.", no_args_is_help=True)
-model_app = typer.Typer(help="Inspect the model registry.", no_args_is_help=True)
+model_app = typer.Typer(help="Inspect the model registry; promote, roll back, audit history.", no_args_is_help=True)
 features_app = typer.Typer(help="Online feature state and training/serving skew.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 app.add_typer(features_app, name="features")
@@ -316,19 +316,88 @@ def list_command() -> None:
 
     settings = _settings()
     table = Table("version", "aliases", "decision", "candidate F1", "reason")
-    for row in registry.list_versions(settings):
+    try:
+        rows = registry.list_versions(settings)
+    except MLOpsError as exc:
+        _fail(exc)
+    for row in rows:
         table.add_row(row["version"], row["aliases"], row.get("decision", ""), row.get("candidate_f1", ""),
                       row.get("decision_reason", ""))
     console.print(table)
 
 
+def _actor() -> str:
+    import getpass
+    import socket
+
+    return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
+@model_app.command("promote")
+def promote_command(
+    version: Annotated[str, typer.Argument(help="Registered version to serve.")],
+    reason: Annotated[str, typer.Option(help="Why (kept in the audit record).")] = "",
+    alias: Annotated[str | None, typer.Option(help="Alias to move (default MLOPS_SERVING_ALIAS).")] = None,
+) -> None:
+    """Point the serving alias (or --alias) at VERSION, with an audit record; the service follows."""
+    from mlops import registry
+
+    settings = _settings()
+    if not version.isdigit():
+        _error_exit(f"VERSION must be a version number, got {version!r}", 2)
+    try:
+        previous = registry.promote(settings, version, alias=alias, actor=_actor(), reason=reason or "manual")
+    except MLOpsError as exc:
+        _fail(exc)
+    console.print(f"{settings.model_name} alias {alias or settings.serving_alias!r}: {previous or 'none'} -> {version}")
+
+
+@model_app.command("rollback")
+def rollback_command(
+    reason: Annotated[str, typer.Option(help="Why (kept in the audit record).")] = "",
+) -> None:
+    """Move the serving alias back to the version it held before its last move."""
+    from mlops import registry
+
+    settings = _settings()
+    try:
+        change = registry.rollback(settings, actor=_actor(), reason=reason or "rollback")
+    except MLOpsError as exc:
+        _fail(exc)
+    console.print(f"{settings.model_name} alias {change.alias!r}: {change.from_version} -> {change.to_version}")
+
+
+@model_app.command("history")
+def history_command(
+    alias: Annotated[str | None, typer.Option(help="Only this alias' moves.")] = None,
+) -> None:
+    """Every recorded alias move: when, which alias, from and to which version, who, why."""
+    from mlops import registry
+
+    settings = _settings()
+    try:
+        changes = registry.history(settings, alias)
+    except MLOpsError as exc:
+        _fail(exc)
+    table = Table("when (UTC)", "alias", "from", "to", "who", "why")
+    for c in changes:
+        table.add_row(f"{c.at:%Y-%m-%d %H:%M:%S}", c.alias, c.from_version or "none", c.to_version, c.actor,
+                      c.reason)
+    console.print(table)
+
+
 @app.command("serve")
-def serve_command() -> None:
-    """Serve the production model over REST (host/port from MLOPS_HOST / MLOPS_PORT)."""
+def serve_command(
+    workers: Annotated[int, typer.Option(min=1, max=64, help="Server processes sharing the port.")] = 1,
+) -> None:
+    """Serve the model holding the serving alias over REST (host/port from MLOPS_HOST / MLOPS_PORT)."""
     from serving.main import run
 
     settings = _settings()
-    run(settings)
+    try:
+        run(settings, workers=workers)
+    except MLOpsError as exc:
+        _fail(exc)
 
 
 @app.command("demo")

@@ -6,6 +6,8 @@ The bundled example is ``contracts/fraud.yaml``; ``Settings.contract_path`` poin
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
@@ -222,6 +224,12 @@ class DataContract(_Strict):
     def raw_inputs(self) -> list[str]:
         """Model inputs a request carries itself (the rest are computed from history and time)."""
         return [n.name for n in self.model_inputs.numeric] + list(self.model_inputs.categorical)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """sha256 of the contract's canonical JSON: a model exported under another contract differs."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
 
     @cached_property
     def request_fields(self) -> list[str]:

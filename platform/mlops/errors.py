@@ -77,6 +77,24 @@ class NotFoundError(MLOpsError):
     exit_code = 4
 
 
+class RegistryError(MLOpsError):
+    """The model registry failed or could not be reached; never read as "no model"."""
+
+    http_status = 503
+
+
+class PromotionConflictError(MLOpsError):
+    """An alias moved since the caller read it (compare-and-set failed), or the move is not allowed."""
+
+    http_status = 409
+
+
+class AuthError(MLOpsError):
+    """An admin call without the right bearer token."""
+
+    http_status = 401
+
+
 class ModelNotReadyError(MLOpsError):
     """No model holds the serving alias yet."""
 

@@ -9,19 +9,21 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 import onnxruntime as ort
-import pandas as pd
 
 from mlops.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _ERROR_SEVERITY = 3  # onnxruntime: 0 verbose .. 4 fatal
 _STRING_TYPE = "tensor(string)"
 _FLOAT_TYPE = "tensor(float)"
 
-Rows = pd.DataFrame | Sequence[Mapping[str, Any]]
+Rows: TypeAlias = "pd.DataFrame | Sequence[Mapping[str, Any]]"
 
 
 def cuda_available() -> bool:
@@ -46,11 +48,18 @@ class OnnxModel:
     def __init__(self, path: Path | str) -> None:
         options = ort.SessionOptions()
         options.log_severity_level = _ERROR_SEVERITY
+        # A small tabular graph: one thread per call, no spinning (the service runs many calls side
+        # by side; spinning threads would steal the cores the other requests need), full fusion.
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.path = Path(path)
         self.session = ort.InferenceSession(str(self.path), sess_options=options, providers=_providers())
         self.metadata: dict[str, str] = dict(self.session.get_modelmeta().custom_metadata_map)
-        self._input_types = {i.name: i.type for i in self.session.get_inputs()}
-        self.input_names: list[str] = list(self._input_types)
+        self.input_types: dict[str, str] = {i.name: i.type for i in self.session.get_inputs()}
+        self.input_names: list[str] = list(self.input_types)
         self.output_name: str = self.session.get_outputs()[0].name
 
     @property
@@ -63,18 +72,18 @@ class OnnxModel:
 
     def build_feed(self, rows: Rows) -> dict[str, np.ndarray]:
         """One [N, 1] array per graph input: float32 for numeric fields, str objects for categorical."""
-        frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame.from_records(list(rows))
-        missing = [name for name in self.input_names if name not in frame.columns]
+        columns = _columns(rows)
+        missing = [name for name in self.input_names if name not in columns]
         if missing:
             raise InputError(f"missing model input fields: {missing}", field=missing[0])
         feed: dict[str, np.ndarray] = {}
-        for name, kind in self._input_types.items():
-            column = frame[name]
+        for name, kind in self.input_types.items():
+            values = columns[name]
             if kind == _STRING_TYPE:
-                feed[name] = column.astype(str).to_numpy(dtype=object).reshape(-1, 1)
+                feed[name] = np.array([str(v) for v in values], dtype=object).reshape(-1, 1)
             elif kind == _FLOAT_TYPE:
                 try:
-                    feed[name] = column.to_numpy(dtype=np.float32).reshape(-1, 1)
+                    feed[name] = np.asarray(values, dtype=np.float32).reshape(-1, 1)
                 except (TypeError, ValueError) as exc:
                     raise InputError(f"field {name!r} must be numeric", field=name) from exc
             else:
@@ -85,3 +94,11 @@ class OnnxModel:
         """Fraud probability per row, shape [N], float32."""
         outputs = self.session.run([self.output_name], self.build_feed(rows))
         return np.asarray(outputs[0], dtype=np.float32).reshape(-1)
+
+
+def _columns(rows: Rows) -> Mapping[str, Any]:
+    """Column name -> values; rows as dicts are transposed without pandas (the request path)."""
+    if not isinstance(rows, Sequence):  # a DataFrame: its columns as arrays
+        return {str(name): rows[name].to_numpy() for name in rows.columns}
+    names = {name for row in rows for name in row}
+    return {name: [row.get(name) for row in rows] for name in names}

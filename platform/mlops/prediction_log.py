@@ -1,21 +1,38 @@
 """The prediction log: one record per answered prediction, appended by the service and read by
 monitoring and the skew check by time window. It lives in the core so readers never import serving.
 
-Records are JSON lines in one file per UTC day under ``<home>/predictions/``; each line is written
-with a single append and flushed before the answer is sent.
+Layout: ``<home>/predictions/<UTC day>/<segment>.arrows``, Arrow IPC streams (columnar). Each
+writer process owns its segments, so replicas sharing a home never interleave bytes. Durability
+is a group commit: :meth:`PredictionLog.submit` queues a record and returns a future; one writer
+thread writes everything queued as one record batch, fsyncs, then resolves the futures. The
+service answers only after its future resolved, so an acknowledged prediction survives SIGKILL.
+A batch cut short by a crash is the stream's torn tail; readers stop there.
 """
 
 from __future__ import annotations
 
-import json
+import os
+import queue
 import threading
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import Future
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
 from mlops.settings import Settings
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SEGMENT_SUFFIX = ".arrows"
+_ENTITY, _INPUT, _FEATURE = "entity.", "input.", "feature."
+_MAX_SEGMENT_ROWS = 200_000  # a new segment now and then keeps each file a readable size
+_STOP = object()
 
 
 class PredictionRecord(BaseModel):
@@ -35,39 +52,209 @@ class PredictionRecord(BaseModel):
     decision: str
     model_name: str
     model_version: str
+    request_id: str = ""
+    latency_s: float | None = None
+    role: str = "champion"  # "challenger" for shadow scores logged beside the champion's
+
+
+_PLAIN_FIELDS = [n for n in PredictionRecord.model_fields if n not in ("entities", "inputs", "features")]
 
 
 def log_dir(settings: Settings) -> Path:
     return settings.resolved_home / "predictions"
 
 
+def _row(record: PredictionRecord) -> dict[str, Any]:
+    # Attribute reads, not model_dump: this runs for every prediction on the writer thread.
+    row = {name: getattr(record, name) for name in _PLAIN_FIELDS}
+    row.update({_ENTITY + k: v for k, v in record.entities.items()})
+    row.update({_INPUT + k: v for k, v in record.inputs.items()})
+    row.update({_FEATURE + k: float(v) for k, v in record.features.items()})
+    return row
+
+
+def _schema(row: dict[str, Any]) -> pa.Schema:
+    fields = []
+    for name, value in row.items():
+        if name in ("event_timestamp", "logged_at"):
+            kind: pa.DataType = pa.timestamp("us", tz="UTC")
+        elif name in ("unknown_entities", "unknown_categories"):
+            kind = pa.list_(pa.string())
+        elif isinstance(value, bool) or not isinstance(value, int | float) or name.startswith(_ENTITY):
+            kind = pa.string()
+        else:
+            kind = pa.float64()
+        fields.append(pa.field(name, kind))
+    return pa.schema(fields)
+
+
+class _Segment:
+    """One open stream file; its schema is fixed by the first batch."""
+
+    def __init__(self, directory: Path, day: str, schema: pa.Schema) -> None:
+        folder = directory / day
+        folder.mkdir(parents=True, exist_ok=True)
+        self.day, self.schema, self.rows = day, schema, 0
+        stamp = datetime.now(UTC).strftime("%H%M%S%f")
+        self.path = folder / f"{stamp}-{os.getpid()}-{uuid.uuid4().hex[:8]}{SEGMENT_SUFFIX}"
+        self.sink = self.path.open("wb")
+        self.writer = pa.ipc.new_stream(self.sink, schema)
+        _fsync_dir(folder)  # the file's name must survive a crash too, not only its bytes
+
+    def write(self, rows: list[dict[str, Any]]) -> None:
+        self.writer.write_batch(pa.RecordBatch.from_pylist(rows, schema=self.schema))
+        self.sink.flush()
+        os.fsync(self.sink.fileno())
+        self.rows += len(rows)
+
+    def close(self) -> None:
+        self.writer.close()
+        self.sink.close()
+
+
+def _fsync_dir(folder: Path) -> None:
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
 class PredictionLog:
-    """Appends records to the day's file; safe to call from many threads."""
+    """Durable appends by group commit; safe to call from many threads and from async code."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._segment: _Segment | None = None
+        self._start_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, record: PredictionRecord) -> Future[None]:
+        """Queue ``record``; the future resolves once it is on disk (fsynced), or fails with the error."""
+        future: Future[None] = Future()
+        self._ensure_writer()
+        self._queue.put((record, future))
+        return future
 
     def append(self, record: PredictionRecord) -> None:
-        line = record.model_dump_json() + "\n"
-        path = self.directory / f"{record.logged_at.astimezone(UTC):%Y-%m-%d}.jsonl"
-        with self._lock:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            with path.open("a", encoding="utf-8") as handle:
-                handle.write(line)
-                handle.flush()
+        """Write ``record`` durably; returns once it is on disk."""
+        self.submit(record).result()
+
+    def close(self) -> None:
+        """Write what is queued, then stop the writer and close the segment."""
+        with self._start_lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._queue.put(_STOP)
+            thread.join()
+
+    def _ensure_writer(self) -> None:
+        with self._start_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="prediction-log", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            batch = [self._queue.get()]
+            while not self._queue.empty():  # everything that queued while the last fsync ran
+                batch.append(self._queue.get())
+            stopping = any(item is _STOP for item in batch)
+            pending = [item for item in batch if item is not _STOP]
+            if pending:
+                self._commit(pending)
+        if self._segment is not None:
+            self._segment.close()
+            self._segment = None
+
+    def _commit(self, pending: list[tuple[PredictionRecord, Future[None]]]) -> None:
+        try:
+            by_day: dict[str, list[dict[str, Any]]] = {}
+            for record, _ in pending:
+                by_day.setdefault(f"{record.logged_at.astimezone(UTC):%Y-%m-%d}", []).append(_row(record))
+            for day, rows in by_day.items():
+                self._segment_for(day, _schema(rows[0])).write(rows)
+        except Exception as exc:  # noqa: BLE001 - callers learn of any failure; none is acknowledged
+            for _, future in pending:
+                future.set_exception(exc)
+            return
+        for _, future in pending:
+            future.set_result(None)
+
+    def _segment_for(self, day: str, schema: pa.Schema) -> _Segment:
+        current = self._segment
+        if current is None or current.day != day or current.schema != schema or current.rows >= _MAX_SEGMENT_ROWS:
+            if current is not None:
+                current.close()
+            self._segment = current = _Segment(self.directory, day, schema)
+        return current
+
+
+def _read_segment(path: Path) -> Iterator[pa.RecordBatch]:
+    """The complete batches of one stream; a torn tail (crash mid-write) ends it."""
+    try:
+        with pa.ipc.open_stream(pa.memory_map(str(path))) as reader:
+            while True:
+                try:
+                    yield reader.read_next_batch()
+                except StopIteration:
+                    return
+    except pa.ArrowInvalid:
+        return
+
+
+def _window_table(directory: Path, start: datetime | None, end: datetime | None) -> list[pa.Table]:
+    tables = []
+    first_day = f"{start.astimezone(UTC):%Y-%m-%d}" if start else ""
+    last_day = f"{end.astimezone(UTC):%Y-%m-%d}" if end else "9999-99-99"
+    for folder in sorted(p for p in directory.glob("*") if p.is_dir() and first_day <= p.name <= last_day):
+        for path in sorted(folder.glob(f"*{SEGMENT_SUFFIX}")):
+            batches = list(_read_segment(path))
+            if not batches:
+                continue
+            table = pa.Table.from_batches(batches)
+            logged = table.column("logged_at").to_pylist()
+            keep = [(start is None or t >= start) and (end is None or t < end) for t in logged]
+            tables.append(table.filter(pa.array(keep, pa.bool_())))
+    return tables
 
 
 def read_predictions(directory: Path, *, start: datetime | None = None,
                      end: datetime | None = None) -> list[PredictionRecord]:
     """Records with ``start <= logged_at < end`` (either bound optional), oldest first."""
     records = []
-    for path in sorted(directory.glob("*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if not line.strip():
-                continue
-            record = PredictionRecord.model_validate(json.loads(line))
-            if (start is None or record.logged_at >= start) and (end is None or record.logged_at < end):
-                records.append(record)
+    for table in _window_table(directory, start, end):
+        for row in table.to_pylist():
+            nested: dict[str, dict[str, Any]] = {"entities": {}, "inputs": {}, "features": {}}
+            plain = {}
+            for name, value in row.items():
+                for prefix, target in ((_ENTITY, "entities"), (_INPUT, "inputs"), (_FEATURE, "features")):
+                    if name.startswith(prefix):
+                        nested[target][name[len(prefix):]] = value
+                        break
+                else:
+                    plain[name] = value
+            records.append(PredictionRecord.model_validate({**plain, **nested}))
     return sorted(records, key=lambda r: r.logged_at)
 
+
+def read_prediction_frame(directory: Path, *, start: datetime | None = None,
+                          end: datetime | None = None) -> pd.DataFrame:
+    """One row per prediction in ``[start, end)`` by logged_at, oldest first.
+
+    Columns: event_id, request_id, event_timestamp, logged_at, model_name, model_version, role,
+    probability, decision, latency_s, unknown_entities and unknown_categories (lists), then the
+    entity keys, raw inputs and computed features under their own names.
+    """
+    import pandas as pd
+
+    tables = _window_table(directory, start, end)
+    if not tables:
+        return pd.DataFrame(columns=[n for n in PredictionRecord.model_fields if n not in
+                                     ("entities", "inputs", "features")])
+    table = pa.concat_tables(tables, promote_options="default")
+    frame: pd.DataFrame = table.to_pandas()
+    renamed = {c: c.split(".", 1)[1] for c in frame.columns if c.startswith((_ENTITY, _INPUT, _FEATURE))}
+    return frame.rename(columns=renamed).sort_values("logged_at", kind="stable").reset_index(drop=True)

@@ -1,23 +1,48 @@
 """MLflow tracking and registry helpers: one place that knows the store, experiment and aliases.
 
 Serving follows ``models:/<name>@<alias>``; the Production stage is moved alongside while MLflow
-still has stages, archiving the previous holder.
+still has stages, archiving the previous holder. Registry access fails closed: only "this model
+does not exist" means none; any other failure is a RegistryError. Alias moves are compare-and-set
+and leave an audit record (who, when, from which version, why) as a tag on the registered model.
 """
 
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mlops.errors import ModelNotReadyError, NotFoundError
+from pydantic import BaseModel, ConfigDict
+
+from mlops.errors import ModelNotReadyError, NotFoundError, PromotionConflictError, RegistryError
 from mlops.settings import Settings
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
+    from mlflow.entities.model_registry import RegisteredModel
 
 ONNX_FILE = "model.onnx"
+UNCHECKED = object()  # promote(expected=...) default: move the alias whatever it holds
+_AUDIT_PREFIX = "audit."
+
+
+class AliasChange(BaseModel):
+    """Audit record of one alias move, kept as a tag on the registered model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    alias: str
+    from_version: str | None
+    to_version: str
+    actor: str
+    reason: str
+    at: datetime
+
+    @property
+    def tag_key(self) -> str:
+        return f"{_AUDIT_PREFIX}{self.at.astimezone(UTC):%Y%m%dT%H%M%S%fZ}.{self.alias}"
 
 
 @dataclass(frozen=True)
@@ -50,16 +75,36 @@ def ensure_experiment(settings: Settings) -> str:
     return str(mlflow_client.create_experiment(settings.experiment, artifact_location=location))
 
 
-def alias_version(settings: Settings) -> str | None:
-    """The version number holding the serving alias, or None."""
+def _missing(exc: Exception) -> bool:
+    """Only "this does not exist" means none; an outage or a permission error is not an answer."""
+    return getattr(exc, "error_code", "") == "RESOURCE_DOES_NOT_EXIST"
+
+
+def _registered_model(settings: Settings) -> RegisteredModel | None:
     from mlflow.exceptions import MlflowException
 
-    mlflow_client = client(settings)
     try:
-        version = mlflow_client.get_model_version_by_alias(settings.model_name, settings.serving_alias)
-    except MlflowException:
-        return None
-    return str(version.version)
+        return client(settings).get_registered_model(settings.model_name)
+    except MlflowException as exc:
+        if _missing(exc):
+            return None
+        raise RegistryError(f"model registry failed reading {settings.model_name!r}: {exc.message}") from exc
+    except Exception as exc:  # a store can fail in any way (connection, SQL); none of them is "no model"
+        raise RegistryError(f"model registry unreachable: {type(exc).__name__}: {exc}") from exc
+
+
+def aliases(settings: Settings) -> dict[str, str]:
+    """Alias -> version of the model (empty when the model is not registered); RegistryError on failure."""
+    model = _registered_model(settings)
+    return {} if model is None else {alias: str(v) for alias, v in model.aliases.items()}
+
+
+def alias_version(settings: Settings, alias: str | None = None) -> str | None:
+    """The version holding ``alias`` (default: the serving alias), or None when none does.
+
+    Raises RegistryError when the registry cannot answer: an outage is never "no production model".
+    """
+    return aliases(settings).get(alias or settings.serving_alias)
 
 
 def download_version(settings: Settings, version: str, dest: Path) -> ServedModel:
@@ -74,19 +119,22 @@ def download_version(settings: Settings, version: str, dest: Path) -> ServedMode
             artifact_uri=f"models:/{settings.model_name}/{version}", dst_path=str(dest)
         )
     except MlflowException as exc:
-        raise NotFoundError(f"model {settings.model_name} version {version} not found: {exc}") from exc
+        if _missing(exc):
+            raise NotFoundError(f"model {settings.model_name} version {version} not found: {exc.message}") from exc
+        raise RegistryError(f"model registry failed reading version {version}: {exc.message}") from exc
     onnx_path = Path(local) / ONNX_FILE
     if not onnx_path.exists():
         raise NotFoundError(f"model {settings.model_name} version {version} has no {ONNX_FILE}")
     return ServedModel(settings.model_name, version, model_version.run_id, onnx_path)
 
 
-def download_serving_model(settings: Settings, dest: Path) -> ServedModel:
-    """The model holding the serving alias; ModelNotReadyError when none does yet."""
-    version = alias_version(settings)
+def download_serving_model(settings: Settings, dest: Path, alias: str | None = None) -> ServedModel:
+    """The model holding ``alias`` (default: the serving alias); ModelNotReadyError when none does yet."""
+    alias = alias or settings.serving_alias
+    version = alias_version(settings, alias)
     if version is None:
         raise ModelNotReadyError(
-            f"no version of {settings.model_name!r} holds alias {settings.serving_alias!r} yet; "
+            f"no version of {settings.model_name!r} holds alias {alias!r} yet; "
             "run the pipeline first (mlops pipeline run)"
         )
     return download_version(settings, version, dest)
@@ -107,34 +155,73 @@ def tag_version(settings: Settings, version: str, tags: dict[str, str]) -> None:
         mlflow_client.set_model_version_tag(settings.model_name, version, key, value)
 
 
-def promote(settings: Settings, version: str) -> str | None:
-    """Point the serving alias at ``version`` and move the Production stage; returns the previous."""
+def promote(settings: Settings, version: str, *, expected: str | object | None = UNCHECKED,
+            alias: str | None = None, actor: str = "unknown", reason: str = "") -> str | None:
+    """Point ``alias`` (default: serving) at ``version``, compare-and-set; returns the version it replaced.
+
+    ``expected`` is the version the caller saw holding the alias (None: no version did); when the
+    alias holds another one now, nothing moves and PromotionConflictError is raised. MLflow has no
+    conditional update, so the check runs right before the move. Every move leaves an audit record.
+    """
+    from mlflow.exceptions import MlflowException
+
+    alias = alias or settings.serving_alias
+    current = alias_version(settings, alias)
+    if expected is not UNCHECKED and current != expected:
+        raise PromotionConflictError(
+            f"alias {alias!r} moved since it was read: expected {expected or 'none'}, now {current or 'none'}; "
+            "nothing changed")
     mlflow_client = client(settings)
-    previous = alias_version(settings)
-    mlflow_client.set_registered_model_alias(settings.model_name, settings.serving_alias, version)
-    with warnings.catch_warnings():
-        # Stages are deprecated in MLflow 3 but still what older tooling reads; keep them in step.
-        warnings.simplefilter("ignore", FutureWarning)
-        mlflow_client.transition_model_version_stage(
-            settings.model_name, version, stage="Production", archive_existing_versions=True
-        )
-    return previous
+    try:
+        mlflow_client.get_model_version(settings.model_name, version)
+        mlflow_client.set_registered_model_alias(settings.model_name, alias, version)
+        if alias == settings.serving_alias:
+            with warnings.catch_warnings():
+                # Stages are deprecated in MLflow 3 but still what older tooling reads; keep them in step.
+                warnings.simplefilter("ignore", FutureWarning)
+                mlflow_client.transition_model_version_stage(
+                    settings.model_name, version, stage="Production", archive_existing_versions=True)
+        change = AliasChange(alias=alias, from_version=current, to_version=version, actor=actor, reason=reason,
+                             at=datetime.now(UTC))
+        mlflow_client.set_registered_model_tag(settings.model_name, change.tag_key, change.model_dump_json())
+    except MlflowException as exc:
+        if _missing(exc):
+            raise NotFoundError(f"model {settings.model_name} version {version} not found") from exc
+        raise RegistryError(f"model registry failed moving alias {alias!r}: {exc.message}") from exc
+    return current
+
+
+def history(settings: Settings, alias: str | None = None) -> list[AliasChange]:
+    """Every recorded alias move (of ``alias`` only, when given), oldest first."""
+    model = _registered_model(settings)
+    if model is None:
+        return []
+    changes = [AliasChange.model_validate_json(value) for key, value in model.tags.items()
+               if key.startswith(_AUDIT_PREFIX)]
+    return sorted((c for c in changes if alias is None or c.alias == alias), key=lambda c: c.at)
+
+
+def rollback(settings: Settings, *, actor: str, reason: str) -> AliasChange:
+    """Move the serving alias back to the version it held before its last move; the new audit record."""
+    alias = settings.serving_alias
+    moves = history(settings, alias)
+    last = moves[-1] if moves else None
+    if last is None or last.from_version is None:
+        raise PromotionConflictError(f"alias {alias!r} has no earlier version to roll back to")
+    promote(settings, last.from_version, expected=last.to_version, actor=actor, reason=reason or "rollback")
+    return history(settings, alias)[-1]
 
 
 def list_versions(settings: Settings) -> list[dict[str, str]]:
     """Every version with its tags and aliases, newest first."""
-    from mlflow.exceptions import MlflowException
-
-    mlflow_client = client(settings)
-    try:
-        # search_model_versions leaves aliases empty; the registered model knows them.
-        aliases: dict[str, str] = dict(mlflow_client.get_registered_model(settings.model_name).aliases)
-    except MlflowException:
+    # search_model_versions leaves aliases empty; the registered model knows them.
+    held_by = aliases(settings)
+    if not held_by and _registered_model(settings) is None:
         return []
-    versions = mlflow_client.search_model_versions(f"name = '{settings.model_name}'")
+    versions = client(settings).search_model_versions(f"name = '{settings.model_name}'")
     rows = []
     for v in sorted(versions, key=lambda mv: int(mv.version), reverse=True):
-        held = ",".join(sorted(a for a, version in aliases.items() if str(version) == str(v.version)))
+        held = ",".join(sorted(a for a, version in held_by.items() if version == str(v.version)))
         rows.append({"version": str(v.version), "aliases": held, "stage": str(v.current_stage),
                      **{k: str(val) for k, val in v.tags.items()}})
     return rows

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 BUNDLED_CONTRACT = Path(__file__).parent / "contracts" / "fraud.yaml"
@@ -55,6 +55,14 @@ class Settings(BaseSettings):
     max_clock_skew_s: float = Field(
         default=300.0, ge=0, description="How far in the future a request's event_timestamp may lie.")
     kfp_host: str | None = Field(default=None, description="Kubeflow Pipelines endpoint for submit/schedule.")
+    model_poll_interval_s: float = Field(
+        default=30.0, gt=0, description="How often the service re-reads the alias it serves.")
+    admin_token: SecretStr | None = Field(default=None, description="Bearer token of the service's admin API.")
+    dev_mode: bool = Field(
+        default=True, description="Embedded mode: the admin API is open when no token is set. Set false "
+        "in production, where the service then refuses to start without MLOPS_ADMIN_TOKEN.")
+    max_body_bytes: int = Field(default=1 << 20, ge=1024, description="Largest request body accepted (413).")
+    shadow: bool = Field(default=False, description="Also score the `challenger` alias off the response path.")
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
 

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from mlops import registry
-from mlops.errors import ModelNotReadyError, NotFoundError
+from mlops.errors import ModelNotReadyError, NotFoundError, PromotionConflictError, RegistryError
 from mlops.settings import Settings
 
 
@@ -80,3 +80,44 @@ def test_missing_version_is_not_found(settings: Settings, tmp_path: Path) -> Non
     registry.register_version(settings, uri, run_id, {})
     with pytest.raises(NotFoundError, match="version 7 not found"):
         registry.download_version(settings, "7", tmp_path / "dl")
+
+
+def test_every_move_is_audited_and_rollback_returns_to_the_previous_version(settings: Settings) -> None:
+    uri, run_id = _logged_model(settings)
+    v1, v2 = (registry.register_version(settings, uri, run_id, {}) for _ in range(2))
+    registry.promote(settings, v1, expected=None, actor="alice", reason="first model")
+    registry.promote(settings, v2, expected=v1, actor="bob", reason="better F1")
+
+    change = registry.rollback(settings, actor="carol", reason="alert fired")
+
+    assert registry.alias_version(settings) == v1
+    assert (change.from_version, change.to_version, change.actor, change.reason) == (v2, v1, "carol", "alert fired")
+    assert [(c.from_version, c.to_version, c.actor) for c in registry.history(settings)] == [
+        (None, v1, "alice"), (v1, v2, "bob"), (v2, v1, "carol")]
+
+
+def test_a_stale_expectation_moves_nothing(settings: Settings) -> None:
+    uri, run_id = _logged_model(settings)
+    v1, v2 = (registry.register_version(settings, uri, run_id, {}) for _ in range(2))
+    registry.promote(settings, v1, expected=None, actor="test")
+
+    with pytest.raises(PromotionConflictError, match="expected none, now 1"):
+        registry.promote(settings, v2, expected=None, actor="evaluate saw no production model")
+
+    assert registry.alias_version(settings) == v1
+    assert len(registry.history(settings)) == 1
+
+
+def test_an_unreachable_registry_is_an_error_never_no_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A dead link where the SQLite file's folder should be: MLflow can neither open nor create it.
+    dead = tmp_path / "dead-link"
+    dead.symlink_to(tmp_path / "nowhere")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    outage = Settings(home=tmp_path / "home", tracking_uri=f"sqlite:///{dead}/mlflow.db")
+
+    with pytest.raises(RegistryError, match="registry"):
+        registry.alias_version(outage)
+    with pytest.raises(RegistryError):
+        registry.promote(outage, "1", expected=None, actor="pipeline")
+    with pytest.raises(RegistryError):
+        registry.list_versions(outage)

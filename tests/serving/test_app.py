@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,98 +17,34 @@ import numpy as np
 import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
+from served_platform import ServedPlatform, platform_in_env, sample_body
 
-from mlops import feature_store, registry
-from mlops.contract import DataContract, load_contract
-from mlops.data.generator import generate_transactions
+from mlops import registry
 from mlops.feature_store import open_store
 from mlops.features import compute_features, empty_history
 from mlops.inference import OnnxModel
-from mlops.online_features import OnlineFeatures, materialize_online
+from mlops.online_features import OnlineFeatures
 from mlops.prediction_log import log_dir, read_predictions
 from mlops.settings import Settings
-from pipelines.steps.export import export_and_check, log_model_to_mlflow
-from pipelines.steps.train import TrainParams, train_model
 from serving.app import create_app
 
 UNKNOWN_CUSTOMER = "C-never-seen"
-N_ROWS = 3000
-SEED = 3
-MAX_EPOCHS = 3
-
-
-@dataclass(frozen=True)
-class ServedPlatform:
-    settings: Settings
-    contract: DataContract
-    transactions: pd.DataFrame
-    onnx_path: Path
-    version: str
-
-
-def _time_split(frame: pd.DataFrame, contract: DataContract) -> tuple[pd.DataFrame, ...]:
-    ordered = frame.sort_values(contract.timestamp_column, kind="stable").reset_index(drop=True)
-    n_test = int(len(ordered) * contract.split.test_fraction)
-    n_val = int(len(ordered) * contract.split.validation_fraction)
-    n_train = len(ordered) - n_val - n_test
-    return ordered.iloc[:n_train], ordered.iloc[n_train:n_train + n_val], ordered.iloc[n_train + n_val:]
-
-
-def _build(settings: Settings) -> ServedPlatform:
-    contract = load_contract(settings.contract_path)
-    transactions = generate_transactions(N_ROWS, seed=SEED)
-    store = feature_store.publish_features(transactions, contract, settings)
-    materialize_online(settings, contract, transactions[contract.timestamp_column].max().to_pydatetime())
-    tables = feature_store.read_offline_tables(settings, contract)
-    train, val, test = _time_split(feature_store.training_features(store, transactions, contract, tables), contract)
-
-    params = TrainParams.from_settings(settings)
-    result = train_model(train, val, contract, params)
-    export = export_and_check(result.trained, contract, test, settings.runs_dir / "serving-test",
-                              settings.parity_tolerance, metadata={"model_name": settings.model_name})
-
-    experiment_id = registry.ensure_experiment(settings)
-    client = registry.client(settings)
-    run_id = client.create_run(experiment_id).info.run_id
-    model_uri = log_model_to_mlflow(run_id, export)
-    client.set_terminated(run_id)
-    version = registry.register_version(settings, model_uri, run_id, tags={"source": "tests/serving"})
-    registry.promote(settings, version)
-    return ServedPlatform(settings, contract, transactions, export.onnx_path, version)
 
 
 @pytest.fixture(scope="module")
 def platform_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedPlatform]:
-    """MLOPS_HOME with a promoted model and a materialized online store; env set for the module."""
-    home = tmp_path_factory.mktemp("served-home")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MLOPS_HOME", str(home))
-        patch.setenv("MLOPS_MAX_EPOCHS", str(MAX_EPOCHS))
-        yield _build(Settings())
+    yield from platform_in_env(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def body(platform_home: ServedPlatform) -> dict[str, Any]:
+    return sample_body(platform_home)
 
 
 @pytest.fixture(scope="module")
 def client(platform_home: ServedPlatform) -> Iterator[TestClient]:
     with TestClient(create_app(platform_home.settings)) as test_client:
         yield test_client
-
-
-@pytest.fixture(scope="module")
-def body(platform_home: ServedPlatform) -> dict[str, Any]:
-    """A valid request for the busiest customer (it surely has features in the online store)."""
-    data = platform_home.transactions
-    customer = data["customer_id"].value_counts().index[0]
-    row = data[data["customer_id"] == customer].iloc[-1]
-    return {
-        "transaction_id": "T-test-1",
-        "customer_id": customer,
-        "merchant_id": row["merchant_id"],
-        "event_timestamp": "2026-03-02T12:00:00+00:00",
-        "amount": 412.5,
-        "merchant_category": "electronics",
-        "channel": "online",
-        "country": "NG",
-    }
 
 
 def _expected_probability(platform: ServedPlatform, body: dict[str, Any]) -> tuple[float, dict[str, float]]:
@@ -128,7 +63,8 @@ def test_healthz_names_the_served_version(client: TestClient, platform_home: Ser
 
     assert response.status_code == 200
     assert response.json() == {"status": "ok", "model_name": platform_home.settings.model_name,
-                               "model_version": platform_home.version}
+                               "model_version": platform_home.version, "serving_alias": "production",
+                               "source": "registry", "warning": ""}
 
 
 def test_predict_matches_the_onnx_model_on_online_features(
@@ -282,3 +218,22 @@ def test_probability_is_a_finite_number_in_unit_interval(client: TestClient, bod
 
     assert np.isfinite(probabilities).all()
     assert all(0.0 <= p <= 1.0 for p in probabilities)
+
+
+def test_shadow_mode_logs_the_challenger_beside_the_champion(
+    platform_home: ServedPlatform, body: dict[str, Any]
+) -> None:
+    settings = platform_home.settings
+    registry.promote(settings, platform_home.version, alias="challenger", actor="test", reason="shadow test")
+    shadowed = settings.model_copy(update={"shadow": True})
+
+    with TestClient(create_app(shadowed)) as shadow_client:
+        response = shadow_client.post("/predict", json={**body, "transaction_id": "T-shadow"})
+    # Leaving the block stops the app, which waits for the shadow scorer and closes the log.
+
+    assert response.status_code == 200, response.text
+    logged = [r for r in read_predictions(log_dir(settings)) if r.event_id == "T-shadow"]
+    assert sorted(r.role for r in logged) == ["challenger", "champion"]
+    champion, challenger = sorted(logged, key=lambda r: r.role != "champion")
+    assert challenger.probability == pytest.approx(champion.probability, abs=1e-6)
+    assert challenger.features == champion.features

@@ -51,3 +51,27 @@ def test_importing_the_service_has_no_side_effects(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert not home.exists()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_running_service_needs_none_of_the_training_stack(tmp_path: Path) -> None:
+    """Started with torch, great_expectations and evidently unimportable (as in the serving image),
+    the service starts, opens its feature store, answers, and has loaded none of them."""
+    probe = (
+        "import sys\n"
+        "for name in ('torch', 'great_expectations', 'evidently'):\n"
+        "    sys.modules[name] = None  # importing it now raises ImportError\n"
+        "from fastapi.testclient import TestClient\n"
+        "from serving.main import service_app\n"
+        "with TestClient(service_app()) as client:\n"
+        "    assert client.get('/v2/health/live').status_code == 200\n"
+        "    assert client.get('/v2/health/ready').status_code == 503\n"
+        "assert 'feast' in sys.modules, 'the feature store was not opened'\n"
+        "loaded = sorted({m.split('.')[0] for m in sys.modules if sys.modules[m] is not None}\n"
+        "                & {'torch', 'great_expectations', 'evidently'})\n"
+        "assert not loaded, loaded\n"
+    )
+    env = {**os.environ, "MLOPS_HOME": str(tmp_path / "home")}
+    result = subprocess.run([sys.executable, "-W", "ignore", "-c", probe], env=env, cwd=tmp_path,
+                            capture_output=True, text=True, timeout=180, check=False)
+
+    assert result.returncode == 0, result.stderr[-3000:]

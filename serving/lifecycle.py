@@ -1,0 +1,211 @@
+"""Which model the service answers with: follow a registry alias, load new versions in the
+background, swap atomically, and keep the old model whenever the new one is not fit to serve.
+
+A request reads :attr:`ModelManager.current` once and keeps that object, so it finishes on the
+model it started with while a swap happens. A version that fails to download or load, or that
+was exported under another data contract, is refused and counted; the old one keeps serving.
+The registry being unreachable never unloads a model. The last model served per alias is cached
+under ``<home>/serving/cache`` so a replica started during a registry outage serves it and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlops import registry
+from mlops.contract import DataContract
+from mlops.errors import MLOpsError, ModelNotReadyError, PromotionConflictError
+from mlops.inference import OnnxModel
+from mlops.settings import Settings
+from serving.metrics import ServiceMetrics
+
+log = logging.getLogger(__name__)
+
+FALLBACK_ALIAS = "fallback"
+CHALLENGER_ALIAS = "challenger"
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model ready to score: the graph, where it came from, and which alias it was loaded for."""
+
+    served: registry.ServedModel
+    model: OnnxModel
+    alias: str
+    from_cache: bool = False
+
+
+class ModelManager:
+    """Holds the served (and optional challenger) model and follows the registry; thread-safe."""
+
+    def __init__(self, settings: Settings, contract: DataContract, workdir: Path, metrics: ServiceMetrics) -> None:
+        self.settings = settings
+        self.contract = contract
+        self.workdir = workdir
+        self.metrics = metrics
+        self.alias = settings.serving_alias
+        self.current: LoadedModel | None = None
+        self.challenger: LoadedModel | None = None
+        self.last_error = ""  # why the newest version is not served (or why none is), for the operator
+        self._refused: tuple[str, str] | None = None  # (alias, version) that failed: not retried every poll
+        self._refresh_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._poller: threading.Thread | None = None
+        self._cache = settings.resolved_home / "serving" / "cache" / settings.model_name
+
+    def require(self) -> LoadedModel:
+        current = self.current
+        if current is None:
+            raise ModelNotReadyError(self.last_error or f"no model loaded for alias {self.alias!r}")
+        return current
+
+    def start(self) -> None:
+        """Load what the alias holds now (or the cached model), then poll in the background."""
+        self.refresh()
+        if self.current is None:
+            self._load_cached()
+        self._poller = threading.Thread(target=self._poll, name="model-poller", daemon=True)
+        self._poller.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._poller is not None:
+            self._poller.join()
+
+    def follow(self, alias: str) -> LoadedModel:
+        """Serve ``alias`` from now on; the old model keeps serving if the alias' version cannot be loaded."""
+        with self._refresh_lock:
+            try:
+                version = registry.alias_version(self.settings, alias)
+            except MLOpsError as exc:
+                raise PromotionConflictError(f"cannot switch to alias {alias!r}: {exc.message}") from exc
+            if version is None:
+                raise PromotionConflictError(f"no version holds alias {alias!r}; still serving {self.alias!r}")
+            current = self.current
+            if current is not None and current.alias == alias and current.served.version == version:
+                return current
+            loaded = self._load(alias, version)
+            self.alias = alias
+            self._swap(loaded)
+            return loaded
+
+    def refresh(self, *, retry_refused: bool = False) -> None:
+        """Re-read the followed alias (and the challenger's) and load what changed; never raises."""
+        with self._refresh_lock:
+            if retry_refused:
+                self._refused = None
+            self._refresh_serving()
+            if self.settings.shadow:
+                self._refresh_challenger()
+
+    def _refresh_serving(self) -> None:
+        alias = self.alias
+        try:
+            version = registry.alias_version(self.settings, alias)
+        except MLOpsError as exc:
+            self.last_error = f"registry unreachable, serving what is loaded: {exc.message}"
+            log.warning("%s", self.last_error)
+            return
+        if version is None:
+            self.last_error = (f"no version of {self.settings.model_name!r} holds alias {alias!r} yet; "
+                               "run the pipeline first (mlops pipeline run)")
+            return
+        current = self.current
+        if current is not None and current.served.version == version and not current.from_cache:
+            self.last_error = ""
+            return
+        if self._refused == (alias, version):
+            return
+        try:
+            loaded = self._load(alias, version)
+        except MLOpsError as exc:
+            self._refused = (alias, version)
+            self.last_error = f"version {version} of alias {alias!r} not served: {exc.message}"
+            log.error("%s", self.last_error)
+            return
+        self._swap(loaded)
+
+    def _refresh_challenger(self) -> None:
+        try:
+            version = registry.alias_version(self.settings, CHALLENGER_ALIAS)
+            if version is None:
+                self.challenger = None
+            elif self.challenger is None or self.challenger.served.version != version:
+                self.challenger = self._load(CHALLENGER_ALIAS, version)
+        except MLOpsError as exc:
+            log.warning("challenger not refreshed: %s", exc.message)
+
+    def _load(self, alias: str, version: str) -> LoadedModel:
+        """Download and open ``version``; refuse it when it was exported under another contract."""
+        try:
+            dest = self.workdir / f"v{version}"
+            shutil.rmtree(dest, ignore_errors=True)
+            served = registry.download_version(self.settings, version, dest)
+            model = self._open(served)
+        except MLOpsError:
+            self.metrics.reloads.labels(result="failed").inc()
+            raise
+        if alias != CHALLENGER_ALIAS:
+            self._write_cache(alias, served)
+        return LoadedModel(served, model, alias)
+
+    def _open(self, served: registry.ServedModel) -> OnnxModel:
+        try:
+            model = OnnxModel(served.onnx_path)
+        except Exception as exc:  # onnxruntime raises its own untyped errors for a corrupt graph
+            raise ModelNotReadyError(f"cannot load {served.onnx_path.name}: {type(exc).__name__}: {exc}") from exc
+        exported_under = model.metadata.get("contract_sha256")
+        if exported_under is not None and exported_under != self.contract.fingerprint:
+            raise ModelNotReadyError(f"version {served.version} was exported under another data contract "
+                                     f"({exported_under[:12]}, service has {self.contract.fingerprint[:12]})")
+        expected = set(self.contract.raw_inputs) | set(self.contract.feature_names)
+        unknown = sorted(set(model.input_names) - expected)
+        if unknown or "threshold" not in model.metadata:
+            raise ModelNotReadyError(f"version {served.version} does not fit the contract: inputs {unknown} "
+                                     "unknown or no threshold in its metadata")
+        return model
+
+    def _swap(self, loaded: LoadedModel) -> None:
+        previous = self.current
+        self.current = loaded  # one reference assignment: a request sees the old or the new model, whole
+        self.last_error = ""
+        self.metrics.reloads.labels(result="loaded").inc()
+        self.metrics.served(loaded.served.name, loaded.served.version, loaded.alias)
+        log.info("serving %s version %s (alias %s) on %s; was %s", loaded.served.name, loaded.served.version,
+                 loaded.alias, ", ".join(loaded.model.providers),
+                 previous.served.version if previous else "none")
+
+    def _write_cache(self, alias: str, served: registry.ServedModel) -> None:
+        self._cache.mkdir(parents=True, exist_ok=True)
+        # Write beside, then rename: another replica reading the cache never sees half a file.
+        partial = self._cache / f".{alias}.{os.getpid()}.onnx"
+        shutil.copyfile(served.onnx_path, partial)
+        partial.replace(self._cache / f"{alias}.onnx")
+        note = {"name": served.name, "version": served.version, "run_id": served.run_id}
+        (self._cache / f".{alias}.{os.getpid()}.json").write_text(json.dumps(note))
+        (self._cache / f".{alias}.{os.getpid()}.json").replace(self._cache / f"{alias}.json")
+
+    def _load_cached(self) -> None:
+        path, note_path = self._cache / f"{self.alias}.onnx", self._cache / f"{self.alias}.json"
+        if not (path.exists() and note_path.exists()):
+            return
+        note = json.loads(note_path.read_text())
+        served = registry.ServedModel(note["name"], note["version"], note["run_id"], path)
+        try:
+            model = self._open(served)
+        except MLOpsError as exc:
+            log.error("cached model not usable: %s", exc.message)
+            return
+        self._swap(LoadedModel(served, model, self.alias, from_cache=True))
+        self.last_error = "registry unreachable at start; serving the cached model until it answers"
+        log.warning("%s", self.last_error)
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.settings.model_poll_interval_s):
+            self.refresh()

@@ -1,0 +1,68 @@
+"""Prometheus metrics of one service process, exposed at ``/metrics``.
+
+Names are shared with monitoring/prometheus/alerts.yml and the Grafana dashboards: change them
+there too. Each app owns its registry, so several apps in one process (tests) never collide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, values
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+_PROBABILITY_BUCKETS = tuple(round(0.05 * i, 2) for i in range(1, 21))
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+class ServiceMetrics:
+    """The service's counters, histograms and gauges, in a registry of its own."""
+
+    def __init__(self) -> None:
+        # Importing feast sets PROMETHEUS_MULTIPROC_DIR, which would put every value into shared
+        # mmap files; this service is scraped per process, so its values stay in process memory.
+        values.ValueClass = values.MutexValue
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter("mlops_requests", "Answered requests.", ["route", "status"], registry=r)
+        self.latency = Histogram("mlops_request_latency_seconds", "Whole-request latency.", ["route"],
+                                 buckets=_LATENCY_BUCKETS, registry=r)
+        self.feature_fetch = Histogram("mlops_feature_fetch_seconds", "Online feature read and computation.",
+                                       buckets=_LATENCY_BUCKETS, registry=r)
+        self.inference = Histogram("mlops_inference_seconds", "ONNX Runtime call.", buckets=_LATENCY_BUCKETS,
+                                   registry=r)
+        self.probability = Histogram("mlops_predicted_probability", "Predicted fraud probability.",
+                                     buckets=_PROBABILITY_BUCKETS, registry=r)
+        self.unknown_entities = Counter("mlops_unknown_entities", "Requests whose entity had no history.",
+                                        ["entity"], registry=r)
+        self.predictions = Counter("mlops_predictions", "Scored predictions (unknown-entity rate denominator).",
+                                   registry=r)
+        self._served: tuple[str, str, str] | None = None
+        r.register(_ModelInfo(lambda: self._served))
+        self.reloads = Counter("mlops_model_reloads", "Model reload attempts by result.", ["result"], registry=r)
+        self.batch_size = Histogram("mlops_batch_size", "Rows per inference call.", buckets=_BATCH_BUCKETS,
+                                    registry=r)
+
+    def served(self, name: str, version: str, alias: str) -> None:
+        """Point mlops_model_info at the model now served."""
+        self._served = (name, version, alias)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _ModelInfo(Collector):
+    """mlops_model_info{name,version,alias} = 1 for the model served now: exactly one series, or none."""
+
+    def __init__(self, served: Callable[[], tuple[str, str, str] | None]) -> None:
+        self._served = served
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily("mlops_model_info", "The served model (value 1).",
+                                   labels=["name", "version", "alias"])
+        served = self._served()
+        if served is not None:
+            family.add_metric(list(served), 1)
+        yield family

@@ -1,0 +1,195 @@
+"""Open Inference Protocol v2 (REST) over the served model: health, model metadata, readiness, infer.
+
+Standard clients (tritonclient, KServe's) work unchanged with JSON tensors. ``infer`` takes the
+graph's own inputs (raw request fields plus the computed features), so it never touches the
+feature store; each answered row is logged like a domain prediction. Errors are ``{"error": ...}``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Path, Request, Response
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+
+from mlops.errors import InputError, NotFoundError
+from mlops.prediction_log import PredictionRecord
+from serving.body import json_response, openapi_body, read_json, validate
+from serving.errors import OipErrorResponse
+from serving.lifecycle import LoadedModel
+from serving.schemas import MAX_BATCH
+from serving.state import ServiceState
+
+_DATATYPES = {"tensor(float)": "FP32", "tensor(string)": "BYTES"}
+Parameters = dict[Annotated[str, Field(max_length=64)], StrictStr | StrictInt | StrictFloat | StrictBool]
+_ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": OipErrorResponse} for code in (404, 413, 415, 422, 503)}
+
+
+class InferInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, Field(min_length=1, max_length=64)]
+    shape: Annotated[list[Annotated[int, Field(ge=0, le=MAX_BATCH)]], Field(min_length=1, max_length=2)]
+    datatype: Literal["FP32", "FP64", "INT32", "INT64", "BYTES"]
+    data: Annotated[list[StrictFloat | StrictInt | Annotated[StrictStr, Field(max_length=64)]],
+                    Field(max_length=MAX_BATCH)]
+    parameters: Parameters | None = None
+
+
+class RequestedOutput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, Field(min_length=1, max_length=64)]
+    parameters: Parameters | None = None
+
+
+class InferRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: Annotated[str, Field(max_length=128)] | None = None
+    parameters: Parameters | None = None
+    inputs: Annotated[list[InferInput], Field(min_length=1, max_length=64)]
+    outputs: Annotated[list[RequestedOutput], Field(max_length=8)] | None = None
+
+
+class OutputTensor(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    datatype: Literal["FP32"]
+    shape: list[int]
+    data: list[float]
+
+
+class InferResponse(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model_name: str
+    model_version: str
+    id: str
+    outputs: list[OutputTensor]
+
+
+def _columns(request: InferRequest, loaded: LoadedModel, state: ServiceState) -> tuple[int, dict[str, list[Any]]]:
+    """Check every tensor against the graph and the contract; the rows' count and the columns."""
+    types = loaded.model.input_types
+    given = {t.name: t for t in request.inputs}
+    missing = sorted(set(types) - set(given))
+    unknown = sorted(set(given) - set(types))
+    if missing or unknown or len(given) != len(request.inputs):
+        raise InputError(f"inputs must be exactly the model's, once each: missing {missing}, unknown {unknown}",
+                         field="inputs")
+    rows = {len(t.data) for t in request.inputs}
+    if len(rows) != 1 or 0 in rows:
+        raise InputError("every input tensor must hold the same, non-zero number of rows", field="inputs")
+    n = rows.pop()
+    columns: dict[str, list[Any]] = {}
+    for name, tensor in given.items():
+        if math.prod(tensor.shape) != n or tensor.shape[0] != n:
+            raise InputError(f"input {name!r}: shape {tensor.shape} does not match its {n} values", field=name)
+        text = types[name] == "tensor(string)"
+        if text != (tensor.datatype == "BYTES") or text != all(isinstance(v, str) for v in tensor.data):
+            raise InputError(f"input {name!r} must be {_DATATYPES.get(types[name], types[name])}", field=name)
+        if not text:
+            _check_numbers(name, tensor.data, state)
+        columns[name] = tensor.data
+    return n, columns
+
+
+def _check_numbers(name: str, values: list[Any], state: ServiceState) -> None:
+    bounds: tuple[float | None, float | None] = (None, None)
+    if name in state.contract.raw_inputs:
+        column = state.contract.column(name)
+        bounds = (column.min, column.max)
+    for value in values:
+        if not math.isfinite(value):
+            raise InputError(f"input {name!r} must be finite", field=name)
+        if (bounds[0] is not None and value < bounds[0]) or (bounds[1] is not None and value > bounds[1]):
+            raise InputError(f"input {name!r} value {value} is outside the contract's range {bounds}", field=name)
+
+
+def _model(state: ServiceState, name: str) -> LoadedModel:
+    if name != state.settings.model_name:
+        raise NotFoundError(f"model {name!r} is not served here; this service serves {state.settings.model_name!r}")
+    return state.manager.require()
+
+
+def build_router(state: ServiceState) -> APIRouter:
+    router = APIRouter(prefix="/v2", tags=["Open Inference Protocol v2"], responses=_ERRORS)
+    # A default, not an Annotated alias: annotations are strings here and FastAPI reads module globals.
+    model_name = Path(max_length=128, examples=[state.settings.model_name])
+
+    @router.get("/health/live")
+    async def live() -> dict[str, bool]:
+        """The process answers; never touches the registry."""
+        return {"live": True}
+
+    @router.get("/health/ready")
+    async def ready() -> dict[str, bool]:
+        """A model is loaded (503 until one is)."""
+        state.manager.require()
+        return {"ready": True}
+
+    @router.get("/models/{name}")
+    async def metadata(name: str = model_name) -> dict[str, Any]:
+        loaded = _model(state, name)
+        session = loaded.model.session
+        return {
+            "name": name, "versions": [loaded.served.version], "platform": "onnxruntime_onnx",
+            "inputs": [{"name": i.name, "datatype": _DATATYPES.get(i.type, i.type), "shape": [-1, 1]}
+                       for i in session.get_inputs()],
+            "outputs": [{"name": o.name, "datatype": "FP32", "shape": [-1, 1]} for o in session.get_outputs()],
+        }
+
+    @router.get("/models/{name}/ready")
+    async def model_ready(name: str = model_name) -> dict[str, Any]:
+        return {"name": name, "ready": _model(state, name) is not None}
+
+    @router.post("/models/{name}/infer", responses={200: {"model": InferResponse}},
+                 openapi_extra=openapi_body(InferRequest))
+    async def infer(request: Request, name: str = model_name) -> Response:
+        started = time.perf_counter()
+        loaded = _model(state, name)
+        if "inference-header-content-length" in request.headers:
+            raise InputError("the binary tensor data extension is not supported; send JSON tensors",
+                             field="body")
+        body = validate(await read_json(request, state.settings.max_body_bytes, untyped_is_json=True),
+                        InferRequest)
+        assert isinstance(body, InferRequest)  # validate returns the model it was given
+        n, columns = _columns(body, loaded, state)
+        rows = [{k: v[i] for k, v in columns.items()} for i in range(n)]
+        inference_started = time.perf_counter()
+        probabilities = [float(p) for p in loaded.model.predict_proba(rows)]
+        state.metrics.inference.observe(time.perf_counter() - inference_started)
+        state.metrics.batch_size.observe(n)
+        request_id = request.state.request_id
+        latency = time.perf_counter() - started
+        await state.log_all([_record(state, loaded, body.id or request_id, i, row, p, request_id, latency)
+                             for i, (row, p) in enumerate(zip(rows, probabilities, strict=True))])
+        output = loaded.model.output_name
+        return json_response({
+            "model_name": name, "model_version": loaded.served.version, "id": body.id or request_id,
+            "outputs": [{"name": output, "datatype": "FP32", "shape": [n, 1], "data": probabilities}],
+        })
+
+    return router
+
+
+def _record(state: ServiceState, loaded: LoadedModel, event_id: str, index: int, row: dict[str, Any],
+            probability: float, request_id: str, latency: float) -> PredictionRecord:
+    now = datetime.now(UTC)
+    features = set(state.contract.feature_names)
+    state.metrics.probability.observe(probability)
+    return PredictionRecord.model_construct(  # values already checked against the graph and contract
+        event_id=f"{event_id}/{index}", event_timestamp=now, logged_at=now, entities={},
+        inputs={k: v for k, v in row.items() if k not in features},
+        features={k: float(v) for k, v in row.items() if k in features},
+        unknown_entities=[], unknown_categories=[], probability=probability,
+        decision="fraud" if probability >= loaded.model.threshold else "legit",
+        model_name=loaded.served.name, model_version=loaded.served.version, request_id=request_id,
+        latency_s=latency,
+    )
+

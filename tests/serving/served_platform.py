@@ -1,0 +1,97 @@
+"""The served platform the serving tests share: a real registry and feature store.
+
+No mocks: building it generates transactions, publishes and materializes features, trains a
+small model, exports it, logs, registers and promotes it (about a minute on two cores). The
+test modules wrap these helpers in module-scoped fixtures, so each module gets its own home.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from mlops import feature_store, registry
+from mlops.contract import DataContract, load_contract
+from mlops.data.generator import generate_transactions
+from mlops.online_features import materialize_online
+from mlops.settings import Settings
+from pipelines.steps.export import export_and_check, log_model_to_mlflow
+from pipelines.steps.train import TrainParams, train_model
+
+N_ROWS = 3000
+SEED = 3
+MAX_EPOCHS = 3
+
+
+@dataclass(frozen=True)
+class ServedPlatform:
+    settings: Settings
+    contract: DataContract
+    transactions: pd.DataFrame
+    onnx_path: Path
+    version: str
+    model_uri: str
+    run_id: str
+
+
+def _time_split(frame: pd.DataFrame, contract: DataContract) -> tuple[pd.DataFrame, ...]:
+    ordered = frame.sort_values(contract.timestamp_column, kind="stable").reset_index(drop=True)
+    n_test = int(len(ordered) * contract.split.test_fraction)
+    n_val = int(len(ordered) * contract.split.validation_fraction)
+    n_train = len(ordered) - n_val - n_test
+    return ordered.iloc[:n_train], ordered.iloc[n_train:n_train + n_val], ordered.iloc[n_train + n_val:]
+
+
+def build_platform(settings: Settings) -> ServedPlatform:
+    contract = load_contract(settings.contract_path)
+    transactions = generate_transactions(N_ROWS, seed=SEED)
+    store = feature_store.publish_features(transactions, contract, settings)
+    materialize_online(settings, contract, transactions[contract.timestamp_column].max().to_pydatetime())
+    tables = feature_store.read_offline_tables(settings, contract)
+    train, val, test = _time_split(feature_store.training_features(store, transactions, contract, tables), contract)
+
+    params = TrainParams.from_settings(settings)
+    result = train_model(train, val, contract, params)
+    export = export_and_check(result.trained, contract, test, settings.runs_dir / "serving-test",
+                              settings.parity_tolerance, metadata={"model_name": settings.model_name,
+                                                 "contract_sha256": contract.fingerprint})
+
+    experiment_id = registry.ensure_experiment(settings)
+    client = registry.client(settings)
+    run_id = client.create_run(experiment_id).info.run_id
+    model_uri = log_model_to_mlflow(run_id, export)
+    client.set_terminated(run_id)
+    version = registry.register_version(settings, model_uri, run_id, tags={"source": "tests/serving"})
+    registry.promote(settings, version)
+    return ServedPlatform(settings, contract, transactions, export.onnx_path, version, model_uri, run_id)
+
+
+def platform_in_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedPlatform]:
+    """MLOPS_HOME with a promoted model and a materialized online store; env set while it is in use."""
+    home = tmp_path_factory.mktemp("served-home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLOPS_HOME", str(home))
+        patch.setenv("MLOPS_MAX_EPOCHS", str(MAX_EPOCHS))
+        yield build_platform(Settings())
+
+
+def sample_body(platform: ServedPlatform) -> dict[str, Any]:
+    """A valid request for the busiest customer (it surely has features in the online store)."""
+    data = platform.transactions
+    customer = data["customer_id"].value_counts().index[0]
+    row = data[data["customer_id"] == customer].iloc[-1]
+    return {
+        "transaction_id": "T-test-1",
+        "customer_id": customer,
+        "merchant_id": row["merchant_id"],
+        "event_timestamp": "2026-03-02T12:00:00+00:00",
+        "amount": 412.5,
+        "merchant_category": "electronics",
+        "channel": "online",
+        "country": "NG",
+    }
