@@ -102,37 +102,49 @@ def point_in_time_histories(store: FeatureStore, entity_df: pd.DataFrame, contra
     ``tables`` (the same offline tables). An entity with no row by then gets an empty history.
     """
     ts = contract.timestamp_column
-    keys = [e.join_key for e in contract.entities]
-    wanted = entity_df[[*keys, ts]].copy()
-    wanted[ts] = pd.to_datetime(wanted[ts], utc=True)
-    # Feast answers identical entity rows once, so ask for each distinct (keys, time) and map back.
-    request = wanted.drop_duplicates().reset_index(drop=True)
-    request[_ROW] = range(len(request))
-    refs = [f"{v.view_name}:{NEWEST_FIELD}" for v in contract.feature_views]
-    answer = store.get_historical_features(entity_df=request, features=refs, full_feature_names=True).to_df()
-    if len(answer) != len(request) or set(answer[_ROW]) != set(request[_ROW]):
-        raise FeatureStoreError(f"feature store answered {len(answer)} rows for {len(request)} entity rows")
-    answer[ts] = pd.to_datetime(answer[ts], utc=True)
-    joined = wanted.merge(answer.drop(columns=_ROW), on=[*keys, ts], how="left", validate="many_to_one")
+    moments = pd.to_datetime(entity_df[ts], utc=True)
     per_view: dict[str, list[History]] = {}
     for view in contract.feature_views:
         key = contract.entity(view.entity).join_key
+        newest = _newest_event_as_of(store, view.view_name, key, entity_df[key].astype(str), moments, ts)
         table = tables[view.view_name]
         row_keys = zip(table[key].astype(str), table[NEWEST_FIELD].astype("int64"), strict=True)
         stored = dict(zip(row_keys, table[EVENTS_FIELD], strict=True))
-        newest = joined[history_column(view.view_name, NEWEST_FIELD)]
         histories = []
-        for entity, when in zip(joined[key].astype(str), newest, strict=True):
-            if pd.isna(when):
+        for entity, when in zip(entity_df[key].astype(str), newest, strict=True):
+            if when is None:
                 histories.append(decode_history(view, None))
                 continue
-            text = stored.get((entity, int(when)))
+            text = stored.get((entity, when))
             if text is None:
                 raise FeatureStoreError(f"{view.view_name}: the offline table has no history row for "
-                                        f"{key}={entity} at {int(when)} µs that the store joined")
+                                        f"{key}={entity} at {when} µs that the store joined")
             histories.append(decode_history(view, text))
         per_view[view.view_name] = histories
-    return [{name: per_view[name][i] for name in per_view} for i in range(len(wanted))]
+    return [{name: per_view[name][i] for name in per_view} for i in range(len(entity_df))]
+
+
+def _newest_event_as_of(store: FeatureStore, view_name: str, key: str, entities: pd.Series,
+                        moments: pd.Series, ts: str) -> list[int | None]:
+    """Per row, the key (newest event, µs) of the entity's history row in force at its moment.
+
+    One view per query: Feast drops entity rows that share this view's join key and timestamp,
+    so each query asks for distinct (entity, moment) pairs of one view only and maps them back.
+    """
+    wanted = pd.DataFrame({key: entities.to_numpy(), ts: moments.to_numpy()})
+    request = wanted.drop_duplicates().reset_index(drop=True)
+    request[_ROW] = range(len(request))
+    answer = store.get_historical_features(entity_df=request, features=[f"{view_name}:{NEWEST_FIELD}"],
+                                           full_feature_names=True).to_df()
+    if len(answer) != len(request) or set(answer[_ROW]) != set(request[_ROW]):
+        raise FeatureStoreError(f"feature store answered {len(answer)} rows for {len(request)} "
+                                f"entity rows of {view_name}")
+    column = answer.set_index(_ROW)[history_column(view_name, NEWEST_FIELD)]
+    newest_by_pair = {
+        (entity, moment): None if pd.isna(when) else int(when)
+        for entity, moment, when in zip(request[key], request[ts], column.loc[request[_ROW]], strict=True)
+    }
+    return [newest_by_pair[pair] for pair in zip(wanted[key], wanted[ts], strict=True)]
 
 
 def training_features(store: FeatureStore, frame: pd.DataFrame, contract: DataContract,

@@ -74,9 +74,7 @@ class OnlineFeatures:
         self._keys = {v.view_name: contract.entity(v.entity).join_key for v in contract.feature_views}
         self._store_lock = threading.Lock()
         self._entity_locks = [threading.Lock() for _ in range(_LOCK_STRIPES)]
-        with _store_call("registry read"):
-            self._feature_views = {name: store.get_feature_view(name) for name in self._views}
-            self._provider = store._get_provider()
+        self._feature_views: dict[str, Any] = {}  # resolved on first use: the repo may be applied later
 
     @contextmanager
     def entities_locked(self, entities: Iterable[tuple[str, str]]) -> Iterator[None]:
@@ -108,6 +106,12 @@ class OnlineFeatures:
             written.append(name)
         return written
 
+    def _feature_view(self, name: str) -> Any:
+        """The Feast feature view, read from the registry once (call with the store lock held)."""
+        if name not in self._feature_views:
+            self._feature_views[name] = self.store.get_feature_view(name)
+        return self._feature_views[name]
+
     def _entity_key(self, view: FeatureViewSpec, entity: str) -> Any:
         from feast.protos.feast.types.EntityKey_pb2 import EntityKey
         from feast.protos.feast.types.Value_pb2 import Value
@@ -128,14 +132,14 @@ class OnlineFeatures:
                       NEWEST_FIELD: Value(int64_val=fields[NEWEST_FIELD])}
             data.append((self._entity_key(view, entity), values, _utc(history.times[-1]), now))
         with self._store_lock, _store_call("write"):
-            self._provider.online_write_batch(self.store.config, self._feature_views[view.view_name], data,
-                                              progress=None)
+            self.store._get_provider().online_write_batch(self.store.config, self._feature_view(view.view_name),
+                                                          data, progress=None)
 
     def _read_view(self, view: FeatureViewSpec, entities: Sequence[str]) -> list[History]:
         keys = [self._entity_key(view, e) for e in entities]
         with self._store_lock, _store_call("read"):
-            answers = self._provider.online_read(self.store.config, self._feature_views[view.view_name], keys,
-                                                 [EVENTS_FIELD])
+            answers = self.store._get_provider().online_read(self.store.config, self._feature_view(view.view_name),
+                                                             keys, [EVENTS_FIELD])
         histories = []
         for _, values in answers:
             stored = values.get(EVENTS_FIELD) if values else None

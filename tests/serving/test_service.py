@@ -173,7 +173,12 @@ def test_mlflow_models_serve_scores_the_registered_model(served: Served, tmp_pat
     with (tmp_path / "mlflow-serve.log").open("wb") as log:
         server = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
     try:
-        _wait_for(lambda: _answers(f"http://127.0.0.1:{port}/ping"), timeout_s=120)
+        deadline = time.monotonic() + 300  # a loaded CI host needs minutes for mlflow's cold imports
+        while not _answers(f"http://127.0.0.1:{port}/ping"):
+            log_tail = (tmp_path / "mlflow-serve.log").read_text(errors="replace")[-3000:]
+            assert server.poll() is None, f"mlflow models serve exited:\n{log_tail}"
+            assert time.monotonic() < deadline, f"mlflow models serve never answered /ping:\n{log_tail}"
+            time.sleep(0.5)
         split = {"columns": model.input_names, "data": [[r[c] for c in model.input_names] for r in rows]}
         response = httpx.post(f"http://127.0.0.1:{port}/invocations", json={"dataframe_split": split}, timeout=30)
     finally:
