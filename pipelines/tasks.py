@@ -23,6 +23,7 @@ from mlops.contract import DataContract, load_contract
 from mlops.data.ingest import ingest
 from mlops.errors import DataValidationError, PipelineError
 from mlops.inference import OnnxModel
+from mlops.reference_profile import PROFILE_ARTIFACT, build_profile
 from mlops.settings import Settings
 from pipelines.steps.deploy import deploy_version, promotion_tags
 from pipelines.steps.evaluate import evaluate
@@ -153,6 +154,8 @@ def evaluate_task(test: Path, model_dir: Path, model_uri: str, run_id: str,
         if report.production is not None:
             mlflow.log_metrics({f"production_test_{k}": v for k, v in report.production.model_dump().items()})
         (eval_dir / "report.json").write_text(report.model_dump_json(indent=2))
+        # The drift jobs' reference, stored with the run (and so with the version it registers).
+        mlflow.log_dict(build_profile(frame, contract, candidate.predict_proba(frame)).model_dump(), PROFILE_ARTIFACT)
         mlflow.log_artifacts(str(eval_dir), "evaluation")
         version = registry.register_version(settings, model_uri, run_id, promotion_tags(report))
         mlflow.set_tags({"decision": report.decision, "decision_reason": report.reason,

@@ -14,7 +14,8 @@ from typing import Literal, get_args
 import numpy as np
 import pandas as pd
 
-Scenario = Literal["none", "amount_inflation", "online_shift", "fraud_surge", "new_countries"]
+Scenario = Literal["none", "amount_inflation", "online_shift", "fraud_surge", "new_countries",
+                   "new_merchant_category"]
 SCENARIOS: tuple[str, ...] = get_args(Scenario)
 
 CATEGORIES = ("grocery", "restaurant", "fuel", "travel", "electronics", "fashion",
@@ -23,6 +24,8 @@ RISKY_CATEGORIES = ("electronics", "gift_cards", "travel")
 CHANNELS = ("pos", "online", "atm", "contactless")
 HOME_COUNTRIES = ("US", "GB", "DE", "FR", "ES", "IT", "NL", "CA")
 RISKY_COUNTRIES = ("NG", "RU", "CN", "BR", "MX", "IN")
+# A category the contract does not list: the new_merchant_category scenario moves merchants into it.
+NEW_CATEGORY = "crypto_exchange"
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -50,7 +53,7 @@ def generate_transactions(
     cust_home = rng.choice(HOME_COUNTRIES, size=n_customers)
     cust_spend = rng.lognormal(mean=3.6, sigma=0.6, size=n_customers)
     cust_activity = rng.gamma(2.0, 1.0, size=n_customers)
-    merch_category = rng.choice(CATEGORIES, size=n_merchants)
+    merch_category = rng.choice(CATEGORIES, size=n_merchants).astype(object)
     span_s = days * 86_400
 
     n_fraud_target = round(n_rows * fraud_rate)
@@ -100,6 +103,8 @@ def generate_transactions(
         "is_fraud": np.concatenate([np.zeros(n_legit, np.int64), np.ones(n_fraud, np.int64)]),
     })
     frame = _apply_scenario(frame, scenario, rng)
+    if scenario == "new_merchant_category":
+        merch_category[rng.random(n_merchants) < 0.2] = NEW_CATEGORY
     frame = frame.sort_values(["t", "customer_idx"], kind="stable").reset_index(drop=True)
     seconds = np.floor(frame["t"].to_numpy() * 1e6).astype("int64")
     return pd.DataFrame({
@@ -108,7 +113,7 @@ def generate_transactions(
         "merchant_id": [f"M{i:05d}" for i in frame["merchant_idx"]],
         "event_timestamp": pd.Timestamp(start) + pd.to_timedelta(seconds, unit="us"),
         "amount": np.clip(frame["amount"].to_numpy(), 0.01, 50_000).round(2),
-        "merchant_category": pd.Categorical(merch_category[frame["merchant_idx"]], categories=CATEGORIES),
+        "merchant_category": merch_category[frame["merchant_idx"]],
         "channel": pd.Categorical(frame["channel"], categories=CHANNELS),
         "country": pd.Categorical(frame["country"], categories=HOME_COUNTRIES + RISKY_COUNTRIES),
         "is_fraud": frame["is_fraud"].to_numpy(),
