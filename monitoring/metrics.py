@@ -58,10 +58,11 @@ def quality_registry(rows: list[QualityRow], duration_s: float) -> CollectorRegi
 
 
 def _job_gauges(registry: CollectorRegistry, job: str, duration_s: float) -> None:
-    Gauge("mlops_monitoring_job_duration_seconds", "Wall time of the monitoring job's last run.", ["job"],
+    # Labelled "monitor", not "job": the Pushgateway's grouping key owns the job label.
+    Gauge("mlops_monitoring_job_duration_seconds", "Wall time of the monitoring job's last run.", ["monitor"],
           registry=registry).labels(job).set(duration_s)
     Gauge("mlops_monitoring_job_last_success_timestamp_seconds", "When the monitoring job last succeeded.",
-          ["job"], registry=registry).labels(job).set(time.time())
+          ["monitor"], registry=registry).labels(job).set(time.time())
 
 
 def publish(registry: CollectorRegistry, job: str, monitoring_dir: Path, pushgateway_url: str | None) -> None:

@@ -15,7 +15,9 @@ from mlops.contract import DataContract
 from mlops.data.generator import Scenario, generate_transactions
 from mlops.features import History, append_event, compute_features, empty_history, to_micros
 from mlops.prediction_log import PredictionLog, PredictionRecord
-from mlops.reference_profile import ReferenceProfile, build_profile
+from mlops import registry
+from mlops.reference_profile import PROFILE_ARTIFACT, ReferenceProfile, build_profile
+from mlops.settings import Settings
 
 ROWS = 8_000
 SEED = 11
@@ -99,3 +101,27 @@ def _write_log(frame: pd.DataFrame, contract: DataContract, log: PredictionLog, 
             unknown_entities=[], unknown_categories=row["unknown_categories"],
             probability=float(row["probability"]), decision="fraud" if row["probability"] >= 0.5 else "legit",
             model_name="fraud-detector", model_version=version))
+
+
+def _register_with_profile(settings: Settings, profile: ReferenceProfile) -> str:
+    """A registered version whose training run carries the profile (no model file is needed here)."""
+    mlflow_client = registry.client(settings)
+    run = mlflow_client.create_run(registry.ensure_experiment(settings))
+    mlflow_client.log_dict(run.info.run_id, profile.model_dump(), PROFILE_ARTIFACT)
+    mlflow_client.set_terminated(run.info.run_id)
+    if not mlflow_client.search_registered_models(f"name = '{settings.model_name}'"):
+        mlflow_client.create_registered_model(settings.model_name)
+    version = mlflow_client.create_model_version(settings.model_name, source=run.info.artifact_uri,
+                                                 run_id=run.info.run_id)
+    return str(version.version)
+
+
+@pytest.fixture(scope="session")
+def register_profile() -> Callable[[Settings, ReferenceProfile], str]:
+    return _register_with_profile
+
+
+@pytest.fixture(scope="session")
+def tracking_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One MLflow store for the monitoring tests: creating its tables takes seconds."""
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"

@@ -18,11 +18,10 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from mlops import registry
 from mlops.cli import app
 from mlops.contract import DataContract
 from mlops.prediction_log import PredictionLog, log_dir
-from mlops.reference_profile import PROFILE_ARTIFACT, ReferenceProfile
+from mlops.reference_profile import ReferenceProfile
 from mlops.settings import Settings
 from monitoring.actions import read_history
 from monitoring.job import run_drift, running_retrainings
@@ -66,12 +65,6 @@ def admin() -> Iterator[str]:
     server.server_close()
 
 
-@pytest.fixture(scope="module")
-def tracking_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """One MLflow store for the module: creating its tables takes seconds."""
-    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
-
-
 @pytest.fixture
 def settings(tmp_path: Path, admin: str, tracking_uri: str, monkeypatch: pytest.MonkeyPatch) -> Settings:
     values = {"MLOPS_HOME": str(tmp_path / "home"), "MLOPS_TRACKING_URI": tracking_uri, "MLOPS_SERVICE_URL": admin, "MLOPS_ADMIN_TOKEN": TOKEN,
@@ -81,24 +74,9 @@ def settings(tmp_path: Path, admin: str, tracking_uri: str, monkeypatch: pytest.
     return Settings()
 
 
-def _register_with_profile(settings: Settings, profile: ReferenceProfile) -> str:
-    """A registered version whose training run carries the profile (no model file is needed here)."""
-    import mlflow
-
-    mlflow_client = registry.client(settings)
-    experiment = registry.ensure_experiment(settings)
-    run = mlflow_client.create_run(experiment)
-    mlflow_client.log_dict(run.info.run_id, profile.model_dump(), PROFILE_ARTIFACT)
-    mlflow_client.set_terminated(run.info.run_id)
-    if not mlflow_client.search_registered_models(f"name = '{settings.model_name}'"):
-        mlflow_client.create_registered_model(settings.model_name)
-    version = mlflow_client.create_model_version(settings.model_name, source=mlflow.get_run(
-        run.info.run_id).info.artifact_uri, run_id=run.info.run_id)
-    return str(version.version)
-
-
-def test_no_drift_logs_and_exports_info(settings: Settings, reference: ReferenceProfile, live, write_log) -> None:
-    version = _register_with_profile(settings, reference)
+def test_no_drift_logs_and_exports_info(settings: Settings, reference: ReferenceProfile, live, write_log,
+                                        register_profile) -> None:
+    version = register_profile(settings, reference)
     write_log(live("none"), PredictionLog(log_dir(settings)), version=version)
     record = run_drift(settings, WindowSpec(start=datetime.now(UTC) - timedelta(days=1)))
     assert (record.level, record.actions, record.model_versions) == ("INFO", ["log"], [version])
@@ -113,8 +91,8 @@ def test_no_drift_logs_and_exports_info(settings: Settings, reference: Reference
 
 def test_critical_drift_switches_to_fallback_retrains_once_and_respects_the_cooldown(
         settings: Settings, reference: ReferenceProfile, live, write_log, contract: DataContract,
-        tmp_path: Path) -> None:
-    version = _register_with_profile(settings, reference)
+        tmp_path: Path, register_profile) -> None:
+    version = register_profile(settings, reference)
     drifted = live("amount_inflation")
     write_log(drifted, PredictionLog(log_dir(settings)), version=version)
     labels = tmp_path / "labels.csv"
@@ -146,10 +124,11 @@ def test_critical_drift_switches_to_fallback_retrains_once_and_respects_the_cool
 
 
 def test_a_refused_fallback_is_recorded_and_exits_1(settings: Settings, reference: ReferenceProfile, live,
-                                                     write_log, monkeypatch: pytest.MonkeyPatch) -> None:
+                                                     write_log, register_profile,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLOPS_ADMIN_TOKEN", "wrong")
     monkeypatch.setenv("MLOPS_DRIFT_RETRAIN", "false")
-    version = _register_with_profile(settings, reference)
+    version = register_profile(settings, reference)
     write_log(live("new_merchant_category"), PredictionLog(log_dir(settings)), version=version)
     result = runner.invoke(app, ["drift", "run"])
     assert result.exit_code == 1
@@ -162,8 +141,8 @@ def test_a_refused_fallback_is_recorded_and_exits_1(settings: Settings, referenc
     (1, 6, "no model version served 30 predictions of the window (v1: 1)"),
 ])
 def test_bad_windows_exit_with_their_code(settings: Settings, reference: ReferenceProfile, live, write_log,
-                                          rows: int, code: int, message: str) -> None:
-    _register_with_profile(settings, reference)
+                                          register_profile, rows: int, code: int, message: str) -> None:
+    register_profile(settings, reference)
     write_log(live("none").iloc[:rows], PredictionLog(log_dir(settings)), version="1")
     result = runner.invoke(app, ["drift", "run"])
     assert result.exit_code == code, result.output
