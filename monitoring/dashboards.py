@@ -26,8 +26,8 @@ class Panel:
 
 
 def _latency(quantile: str) -> tuple[str, str]:
-    return (f"histogram_quantile({quantile}, sum by (le) (rate(mlops_request_latency_seconds_bucket{{{PREDICT}}}[5m])))",
-            f"p{quantile[2:]}")
+    buckets = f"rate(mlops_request_latency_seconds_bucket{{{PREDICT}}}[5m])"
+    return f"histogram_quantile({quantile}, sum by (le) ({buckets}))", f"p{quantile[2:]}"
 
 
 DASHBOARDS: dict[str, tuple[str, tuple[Panel, ...]]] = {

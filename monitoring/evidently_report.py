@@ -38,7 +38,7 @@ def reference_frame(profile: ReferenceProfile) -> pd.DataFrame:
 
 def _tests(report: DriftReport) -> list[tuple[str, str]]:
     """(column, Evidently method) for every score of ours that Evidently computes the same way."""
-    tests = []
+    tests: list[tuple[str, str]] = []
     for feature in report.features:
         if feature.rows == 0 or feature.psi is None:
             continue

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
 import pandas as pd
 
@@ -43,7 +44,7 @@ def judge(settings: Settings, window: pd.DataFrame, limits: DriftThresholds) -> 
                                model_version=str(version))
         judged.append((report, group.reset_index(drop=True)))
     if not judged:
-        served = ", ".join(f"v{v}: {n}" for (_, v), n in sizes.items())
+        served = ", ".join(f"v{cast(tuple[str, str], key)[1]}: {count}" for key, count in sizes.items())
         raise SmallWindowError(f"no model version served {limits.min_rows} predictions of the window ({served})")
     return judged
 

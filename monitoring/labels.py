@@ -9,6 +9,7 @@ the same id replaces the earlier one (a chargeback can overturn a first verdict)
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -118,9 +119,10 @@ def quality(labelled: pd.DataFrame, window: str) -> list[QualityRow]:
     if labelled.empty:
         return []
     frame = labelled.assign(window_start=pd.to_datetime(labelled["logged_at"], utc=True).dt.floor(window),
-                            role=labelled["role"] if "role" in labelled else "served")
+                            role=labelled.get("role", "served"))
     rows = []
-    for (start, version, role), group in frame.groupby(["window_start", "model_version", "role"], sort=True):
+    for key, group in frame.groupby(["window_start", "model_version", "role"], sort=True):
+        start, version, role = cast(tuple[pd.Timestamp, str, str], key)
         rows.append(QualityRow(window_start=start.isoformat(), model_version=str(version), role=str(role),
                                **_scores(group)))
     return rows

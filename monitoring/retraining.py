@@ -50,7 +50,7 @@ def start_retraining(settings: Settings, contract: DataContract, window: pd.Data
     command = "submit" if settings.kfp_host else "run"
     log_path = folder / f"pipeline-{stamp}.log"
     with log_path.open("w") as output:
-        process = subprocess.Popen(  # noqa: S603 - our own CLI, arguments are paths we wrote
+        process = subprocess.Popen(
             [sys.executable, "-m", "mlops.cli", "pipeline", command, str(path),
              "--run-name", f"drift-retraining-{stamp}"],
             stdout=output, stderr=subprocess.STDOUT, start_new_session=True)

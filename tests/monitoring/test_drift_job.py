@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
 
 import pandas as pd
 import pytest
@@ -27,12 +28,15 @@ from monitoring.actions import read_history
 from monitoring.job import run_drift, running_retrainings
 from monitoring.window import WindowSpec
 
+if TYPE_CHECKING:
+    from monitoring_fixtures import LogWriter, Registrar, Traffic
+
 TOKEN = "s3cret-admin-token"
 runner = CliRunner()
 
 
 class AdminStandIn(BaseHTTPRequestHandler):
-    calls: list[dict[str, str]] = []
+    calls: ClassVar[list[dict[str, str]]] = []
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -67,15 +71,15 @@ def admin() -> Iterator[str]:
 
 @pytest.fixture
 def settings(tmp_path: Path, admin: str, tracking_uri: str, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    values = {"MLOPS_HOME": str(tmp_path / "home"), "MLOPS_TRACKING_URI": tracking_uri, "MLOPS_SERVICE_URL": admin, "MLOPS_ADMIN_TOKEN": TOKEN,
-              "MLOPS_DRIFT_COOLDOWN_S": "3600", "MLOPS_KFP_HOST": "http://127.0.0.1:9"}
+    values = {"MLOPS_HOME": str(tmp_path / "home"), "MLOPS_TRACKING_URI": tracking_uri, "MLOPS_SERVICE_URL": admin,
+              "MLOPS_ADMIN_TOKEN": TOKEN, "MLOPS_DRIFT_COOLDOWN_S": "3600", "MLOPS_KFP_HOST": "http://127.0.0.1:9"}
     for key, value in values.items():
         monkeypatch.setenv(key, value)
     return Settings()
 
 
-def test_no_drift_logs_and_exports_info(settings: Settings, reference: ReferenceProfile, live, write_log,
-                                        register_profile) -> None:
+def test_no_drift_logs_and_exports_info(settings: Settings, reference: ReferenceProfile, live: Traffic,
+                                        write_log: LogWriter, register_profile: Registrar) -> None:
     version = register_profile(settings, reference)
     write_log(live("none"), PredictionLog(log_dir(settings)), version=version)
     record = run_drift(settings, WindowSpec(start=datetime.now(UTC) - timedelta(days=1)))
@@ -90,8 +94,8 @@ def test_no_drift_logs_and_exports_info(settings: Settings, reference: Reference
 
 
 def test_critical_drift_switches_to_fallback_retrains_once_and_respects_the_cooldown(
-        settings: Settings, reference: ReferenceProfile, live, write_log, contract: DataContract,
-        tmp_path: Path, register_profile) -> None:
+        settings: Settings, reference: ReferenceProfile, live: Traffic, write_log: LogWriter, contract: DataContract,
+        tmp_path: Path, register_profile: Registrar) -> None:
     version = register_profile(settings, reference)
     drifted = live("amount_inflation")
     write_log(drifted, PredictionLog(log_dir(settings)), version=version)
@@ -102,8 +106,10 @@ def test_critical_drift_switches_to_fallback_retrains_once_and_respects_the_cool
     result = runner.invoke(app, ["drift", "run", "--since", "1d"])
     assert result.exit_code == 0, result.output
     first = read_history(settings.monitoring_dir)[-1]
-    assert first.level == "CRITICAL" and first.actions == ["fallback", "retrain"]
-    assert "amount CRITICAL" in first.reason and first.scores[f"v{version}/amount"] >= 0.2
+    assert first.level == "CRITICAL"
+    assert first.actions == ["fallback", "retrain"]
+    assert "amount CRITICAL" in first.reason
+    assert first.scores[f"v{version}/amount"] >= 0.2
     assert [c["path"] for c in AdminStandIn.calls] == ["/admin/fallback"]
     assert "drift CRITICAL" in AdminStandIn.calls[0]["reason"]
     retrained = pd.read_parquet(str(first.retraining_data))
@@ -116,15 +122,18 @@ def test_critical_drift_switches_to_fallback_retrains_once_and_respects_the_cool
     assert "127.0.0.1:9" in Path(str(first.retraining_log)).read_text()
 
     second = run_drift(settings, WindowSpec(start=datetime.now(UTC) - timedelta(days=1)))
-    assert second.level == "CRITICAL" and second.actions[0].startswith("none: cool-down until")
-    assert len(AdminStandIn.calls) == 1 and second.retraining_data is None
+    assert second.level == "CRITICAL"
+    assert second.actions[0].startswith("none: cool-down until")
+    assert len(AdminStandIn.calls) == 1
+    assert second.retraining_data is None
     history = runner.invoke(app, ["drift", "history"])
     assert [r.actions[0] for r in read_history(settings.monitoring_dir)] == ["fallback", second.actions[0]]
-    assert "fallback, retrain" in history.output and "cool-down" in history.output
+    assert "fallback, retrain" in history.output
+    assert "cool-down" in history.output
 
 
-def test_a_refused_fallback_is_recorded_and_exits_1(settings: Settings, reference: ReferenceProfile, live,
-                                                     write_log, register_profile,
+def test_a_refused_fallback_is_recorded_and_exits_1(settings: Settings, reference: ReferenceProfile, live: Traffic,
+                                                     write_log: LogWriter, register_profile: Registrar,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLOPS_ADMIN_TOKEN", "wrong")
     monkeypatch.setenv("MLOPS_DRIFT_RETRAIN", "false")
@@ -140,8 +149,9 @@ def test_a_refused_fallback_is_recorded_and_exits_1(settings: Settings, referenc
     (0, 5, "no predictions logged in the whole log"),
     (1, 6, "no model version served 30 predictions of the window (v1: 1)"),
 ])
-def test_bad_windows_exit_with_their_code(settings: Settings, reference: ReferenceProfile, live, write_log,
-                                          register_profile, rows: int, code: int, message: str) -> None:
+def test_bad_windows_exit_with_their_code(
+        settings: Settings, reference: ReferenceProfile, live: Traffic, write_log: LogWriter,
+        register_profile: Registrar, rows: int, code: int, message: str) -> None:
     register_profile(settings, reference)
     write_log(live("none").iloc[:rows], PredictionLog(log_dir(settings)), version="1")
     result = runner.invoke(app, ["drift", "run"])
@@ -150,10 +160,11 @@ def test_bad_windows_exit_with_their_code(settings: Settings, reference: Referen
     assert "Traceback" not in result.output
 
 
-def test_a_version_without_profile_exits_4(settings: Settings, live, write_log) -> None:
+def test_a_version_without_profile_exits_4(settings: Settings, live: Traffic, write_log: LogWriter) -> None:
     write_log(live("none").iloc[:100], PredictionLog(log_dir(settings)), version="99")
     result = runner.invoke(app, ["drift", "run", "--last", "50"])
     assert result.exit_code == 4, result.output
     assert "fraud-detector version 99 is not registered" in " ".join(result.output.split())
     bad = runner.invoke(app, ["drift", "run", "--since", "yesterday"])
-    assert bad.exit_code == 2 and "--since must be a duration" in bad.output
+    assert bad.exit_code == 2
+    assert "--since must be a duration" in bad.output

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -15,8 +16,11 @@ from mlops.cli import app
 from mlops.contract import DataContract
 from mlops.prediction_log import PredictionLog, log_dir
 from mlops.settings import Settings
-from monitoring.labels import average_precision, ingest_labels, join_labels, quality, read_labels
+from monitoring.labels import QualityRow, average_precision, ingest_labels, join_labels, quality, read_labels
 from monitoring.window import WindowSpec, read_window
+
+if TYPE_CHECKING:
+    from monitoring_fixtures import LogWriter, Traffic
 
 runner = CliRunner()
 
@@ -48,13 +52,16 @@ def test_bad_label_files_exit_2_naming_the_problem(tmp_path: Path, monkeypatch: 
     path = tmp_path / "labels.csv"
     path.write_text(content)
     result = runner.invoke(app, ["labels", "ingest", str(path)])
-    assert result.exit_code == 2 and message in " ".join(result.output.split())
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.split())
     missing = runner.invoke(app, ["labels", "ingest", str(tmp_path / "none.csv")])
-    assert missing.exit_code == 2 and "label file not found" in missing.output
+    assert missing.exit_code == 2
+    assert "label file not found" in missing.output
 
 
-def test_quality_per_window_and_version_matches_scikit_learn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                             live, write_log, contract: DataContract) -> None:
+def test_quality_per_window_and_version_matches_scikit_learn(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, live: Traffic, write_log: LogWriter,
+        contract: DataContract) -> None:
     monkeypatch.setenv("MLOPS_HOME", str(tmp_path / "home"))
     settings = Settings()
     window = live("none").iloc[:3_000]
@@ -69,7 +76,7 @@ def test_quality_per_window_and_version_matches_scikit_learn(tmp_path: Path, mon
 
     rows = quality(join_labels(read_window(log_dir(settings), WindowSpec()), read_labels(settings.monitoring_dir)),
                    "1h")
-    by_version = {}
+    by_version: dict[str, list[QualityRow]] = {}
     for row in rows:
         by_version.setdefault(row.model_version, []).append(row)
     assert set(by_version) == {"1", "2"}
@@ -81,5 +88,6 @@ def test_quality_per_window_and_version_matches_scikit_learn(tmp_path: Path, mon
     assert first.f1 == pytest.approx(f1_score(truth, predicted, zero_division=0))
     assert first.pr_auc == pytest.approx(average_precision_score(truth, part["probability"]))
     shown = runner.invoke(app, ["labels", "quality", "--window", "1h"])
-    assert shown.exit_code == 0 and "PR-AUC" in shown.output
+    assert shown.exit_code == 0
+    assert "PR-AUC" in shown.output
     assert (settings.monitoring_dir / "mlops_quality.prom").read_text().count("mlops_model_quality{") >= 4

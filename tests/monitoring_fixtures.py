@@ -1,21 +1,24 @@
-"""Traffic for the drift tests: generator data with the window features the service computes
-(the same functions, event by event, as the service's write-through does) and a fixed scoring
-rule standing in for the model's probability, so a shift in the inputs shifts the predictions."""
+"""Fixtures of the monitoring tests (tests/monitoring).
+
+Traffic for the drift tests: generator data with the window features the service computes (the
+same functions, event by event, as the service's write-through does) and a fixed scoring rule
+standing in for the model's probability, so a shift in the inputs shifts the predictions."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from mlops import registry
 from mlops.contract import DataContract
 from mlops.data.generator import Scenario, generate_transactions
 from mlops.features import History, append_event, compute_features, empty_history, to_micros
 from mlops.prediction_log import PredictionLog, PredictionRecord
-from mlops import registry
 from mlops.reference_profile import PROFILE_ARTIFACT, ReferenceProfile, build_profile
 from mlops.settings import Settings
 
@@ -26,8 +29,10 @@ Traffic = Callable[[Scenario], pd.DataFrame]
 
 
 def served_features(raw: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
-    histories: dict[str, dict[str, History]] = {v.view_name: {} for v in contract.feature_views}
-    rows = []
+    histories: dict[str, dict[str, History]] = {}
+    for view in contract.feature_views:
+        histories[view.view_name] = {}
+    rows: list[dict[str, Any]] = []
     for record in raw.to_dict("records"):
         keys = {v.view_name: str(record[contract.entity(v.entity).join_key]) for v in contract.feature_views}
         current = {name: histories[name][key] for name, key in keys.items() if key in histories[name]}
@@ -38,7 +43,7 @@ def served_features(raw: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
                                    {c: record[c] for c in view.value_columns})
             if updated is not None:
                 histories[view.view_name][keys[view.view_name]] = updated
-        rows.append({**record, **features})
+        rows.append({**{str(k): v for k, v in record.items()}, **features})
     return pd.DataFrame(rows)
 
 
@@ -116,8 +121,11 @@ def _register_with_profile(settings: Settings, profile: ReferenceProfile) -> str
     return str(version.version)
 
 
+Registrar = Callable[[Settings, ReferenceProfile], str]
+
+
 @pytest.fixture(scope="session")
-def register_profile() -> Callable[[Settings, ReferenceProfile], str]:
+def register_profile() -> Registrar:
     return _register_with_profile
 
 
