@@ -94,12 +94,11 @@ def _numeric_drift(name: str, profile: NumericProfile, values: np.ndarray, limit
                         level=limits.level(psi, limits.psi_warning, limits.psi_critical))
 
 
-def _categorical_drift(name: str, reference: dict[str, int], values: pd.Series, unknown_flags: pd.Series,
+def _categorical_drift(name: str, reference: dict[str, int], values: pd.Series, unknown: float,
                        limits: DriftThresholds) -> FeatureDrift:
-    current = stats.value_counts(values.astype(str).to_numpy())
+    current = {str(k): int(v) for k, v in values.astype(str).value_counts(sort=False).items()}
     psi = stats.psi_from_counts(*stats.aligned_counts(reference, current))
     p_value = stats.chi_squared_p(reference, current)
-    unknown = float(unknown_flags.map(lambda flags: name in flags).mean()) if len(unknown_flags) else 0.0
     return FeatureDrift(feature=name, kind="categorical", rows=len(values), psi=psi, test="chisquare",
                         p_value=p_value, test_drift=p_value < limits.p_value, score=psi, unknown_share=unknown,
                         level=limits.level(psi, limits.psi_warning, limits.psi_critical))
@@ -130,7 +129,9 @@ def compute_drift(window: pd.DataFrame, profile: ReferenceProfile, limits: Drift
             features.append(_absent(name, kind, "no values in the window (all null)"))
             continue
         features.append(_numeric_drift(name, numeric, values, limits, kind))
-    flags = window["unknown_categories"] if "unknown_categories" in window else pd.Series([], dtype=object)
+    # Share of rows whose answer flagged each field's category as unknown (one pass over the flags).
+    flagged = (window["unknown_categories"].explode().value_counts() if "unknown_categories" in window
+               else pd.Series(dtype="int64"))
     for name, categorical in profile.categorical.items():
         if name not in window:
             features.append(_absent(name, "categorical", "column absent from the window"))
@@ -139,7 +140,8 @@ def compute_drift(window: pd.DataFrame, profile: ReferenceProfile, limits: Drift
         if present.empty:
             features.append(_absent(name, "categorical", "no values in the window (all null)"))
             continue
-        features.append(_categorical_drift(name, categorical.counts, present, flags, limits))
+        features.append(_categorical_drift(name, categorical.counts, present,
+                                           float(flagged.get(name, 0)) / len(window), limits))
     if not any(f.rows for f in features):
         raise SmallWindowError("no profiled column has values in the window")
     probabilities = window[PROBABILITY].to_numpy(dtype="float64")
