@@ -24,6 +24,8 @@ from monitoring.retraining import RetrainingStart, start_retraining
 from monitoring.window import WindowSpec, read_window
 
 log = logging.getLogger(__name__)
+# Retraining runs started by this process (their Popen objects must outlive the job's call).
+_RUNNING: list[RetrainingStart] = []
 
 
 def thresholds(settings: Settings) -> DriftThresholds:
@@ -57,9 +59,7 @@ def _reason(reports: list[DriftReport]) -> str:
 
 
 def _report_html(settings: Settings, report: DriftReport, window: pd.DataFrame, now: datetime) -> str:
-    from mlops.reference_profile import ReferenceProfile
-
-    profile: ReferenceProfile = fetch_profile(settings, report.model_name, report.model_version)
+    profile = fetch_profile(settings, report.model_name, report.model_version)
     path = settings.monitoring_dir / "reports" / f"drift-{now:%Y%m%dT%H%M%S}-v{report.model_version}.html"
     render_html(evidently_snapshot(report, profile, window), path)
     return str(path)
@@ -134,9 +134,6 @@ def _act(settings: Settings, contract: DataContract, window: pd.DataFrame, recor
     return record.model_copy(update={**update, "action_errors": errors})
 
 
-# Retraining runs started by this process; kept so a caller (a test, the CLI) can wait for them.
-_RUNNING: list[RetrainingStart] = []
-
-
 def running_retrainings() -> list[RetrainingStart]:
+    """Retraining runs this process started, so a caller (a test, a long-lived scheduler) can wait on them."""
     return list(_RUNNING)

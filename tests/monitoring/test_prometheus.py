@@ -73,7 +73,9 @@ def stack(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
     config_path.write_text(yaml.safe_dump(config))
     logs = (tmp_path / "pushgateway.log").open("w"), (tmp_path / "prometheus.log").open("w")
     processes = [
-        subprocess.Popen([str(BINARIES["prometheus-pushgateway"]), f"--web.listen-address=127.0.0.1:{gateway_port}"],
+        # Debian's build persists to /var/lib/prometheus/pushgateway.data by default: shared between runs.
+        subprocess.Popen([str(BINARIES["prometheus-pushgateway"]), f"--web.listen-address=127.0.0.1:{gateway_port}",
+                          f"--persistence.file={tmp_path / 'pushgateway.data'}"],
                          stdout=logs[0], stderr=subprocess.STDOUT),
         subprocess.Popen([str(BINARIES["prometheus"]), f"--config.file={config_path}",
                           f"--storage.tsdb.path={tmp_path / 'tsdb'}",
