@@ -70,9 +70,10 @@ def _log_to_mlflow(settings: Settings, reports: list[DriftReport], record: actio
 
     from mlops import registry
 
-    registry.client(settings)
-    mlflow.set_experiment(f"{settings.experiment}-monitoring")
-    with mlflow.start_run(run_name=f"drift-{record.run_at:%Y%m%dT%H%M%S}"):
+    # Created like the training experiment, so a local store keeps its artifacts under home (not ./mlruns).
+    monitoring = settings.model_copy(update={"experiment": f"{settings.experiment}-monitoring"})
+    experiment_id = registry.ensure_experiment(monitoring)
+    with mlflow.start_run(experiment_id=experiment_id, run_name=f"drift-{record.run_at:%Y%m%dT%H%M%S}"):
         mlflow.set_tags({"level": record.level, "actions": ",".join(record.actions),
                          "model_versions": ",".join(record.model_versions)})
         mlflow.log_metrics({f"v{r.model_version}.{f.feature}": f.score for r in reports for f in r.features

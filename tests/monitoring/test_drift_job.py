@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from mlops import registry
 from mlops.cli import app
 from mlops.contract import DataContract
 from mlops.prediction_log import PredictionLog, log_dir
@@ -91,6 +92,10 @@ def test_no_drift_logs_and_exports_info(settings: Settings, reference: Reference
     assert "mlops_monitoring_job_last_success_timestamp_seconds" in exported
     assert Path(record.report_paths[0]).stat().st_size > 10_000
     assert read_history(settings.monitoring_dir) == [record]
+    # The report went to MLflow, under a platform home's artifact root (never a stray ./mlruns).
+    experiment = registry.client(settings).get_experiment_by_name(f"{settings.experiment}-monitoring")
+    assert experiment is not None
+    assert experiment.artifact_location.endswith("/home/mlartifacts")
 
 
 def test_critical_drift_switches_to_fallback_retrains_once_and_respects_the_cooldown(
