@@ -52,7 +52,11 @@ def _test_pr_auc(home: Path) -> float:
     client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
                               order_by=["attributes.start_time DESC"], max_results=1)
-    return float(runs[0].data.metrics["test_pr_auc"])
+    metrics = runs[0].data.metrics
+    shown = {k: round(v, 4) for k, v in sorted(metrics.items())
+             if k in {"test_f1", "test_pr_auc", "test_roc_auc", "test_ece", "test_brier"}}
+    print(f"[{home.name}] test metrics: {shown}", flush=True)
+    return float(metrics["test_pr_auc"])
 
 
 def _run(args: list[str], env: dict[str, str], log: Path) -> None:

@@ -21,6 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pydantic import SecretStr
+
 from mlops import registry
 from mlops.errors import PipelineError
 from mlops.preflight import check_source, check_tracking_server
@@ -45,9 +47,13 @@ class PipelineOutcome:
 
 def settings_env(settings: Settings) -> dict[str, str]:
     """The settings as MLOPS_* variables, with paths made absolute for the step processes."""
-    # Tuples travel as JSON, the form pydantic-settings parses back.
-    env = {f"MLOPS_{k.upper()}": v if isinstance(v, str) else json.dumps(v)
-           for k, v in settings.model_dump(mode="json", exclude_none=True).items()}
+    # Tuples travel as JSON, the form pydantic-settings parses back; secrets as themselves, not masked.
+    dumped = settings.model_dump(mode="json", exclude_none=True)
+    for name in dumped:
+        value = getattr(settings, name)
+        if isinstance(value, SecretStr):
+            dumped[name] = value.get_secret_value()
+    env = {f"MLOPS_{k.upper()}": v if isinstance(v, str) else json.dumps(v) for k, v in dumped.items()}
     env["MLOPS_HOME"] = str(settings.resolved_home)
     env["MLOPS_CONTRACT_PATH"] = str(settings.contract_path.expanduser().resolve())
     return env

@@ -23,6 +23,7 @@ from mlops.contract import DataContract, load_contract
 from mlops.data.ingest import ingest
 from mlops.errors import DataValidationError, PipelineError
 from mlops.inference import OnnxModel
+from mlops.reference_profile import PROFILE_ARTIFACT, build_profile
 from mlops.settings import Settings
 from pipelines.logs import configure_logging as configure_logging  # the components import it from here
 from pipelines.provenance import git_commit
@@ -164,6 +165,8 @@ def evaluate_task(train: Path, test: Path, model_dir: Path, model_uri: str, run_
                           eval_dir, train=pd.read_parquet(train), gates=gates)
         mlflow.log_metrics(evaluation_metrics(report))
         (eval_dir / "report.json").write_text(report.model_dump_json(indent=2))
+        # The drift jobs' reference, stored with the run (and so with the version it registers).
+        mlflow.log_dict(build_profile(frame, contract, candidate.predict_proba(frame)).model_dump(), PROFILE_ARTIFACT)
         mlflow.log_artifacts(str(eval_dir), "evaluation")
         version = registry.register_version(settings, model_uri, run_id, promotion_tags(report))
         mlflow.set_tags({"decision": report.decision, "decision_reason": report.reason[:4000],

@@ -21,6 +21,9 @@ from mlops.settings import BUNDLED_CONTRACT
 if TYPE_CHECKING:
     from infra.schemas import SchemaValidator
 
+# Traffic, reference profiles and registered versions for the monitoring tests.
+pytest_plugins = ["monitoring_fixtures"]
+
 
 @pytest.fixture(scope="session")
 def contract() -> DataContract:

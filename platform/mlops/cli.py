@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -16,16 +16,24 @@ from rich.table import Table
 from mlops.errors import MLOpsError
 from mlops.settings import Settings
 
+if TYPE_CHECKING:
+    from monitoring.window import WindowSpec
+
 app = typer.Typer(help="MLOps platform: data -> validated features -> model -> registry -> endpoint.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
 data_app = typer.Typer(help="Generate and ingest raw data.", no_args_is_help=True)
 pipeline_app = typer.Typer(help="Compile and run the training pipeline.", no_args_is_help=True)
 model_app = typer.Typer(help="Inspect the model registry; promote, roll back, audit history.", no_args_is_help=True)
 features_app = typer.Typer(help="Online feature state and training/serving skew.", no_args_is_help=True)
+drift_app = typer.Typer(help="Drift of live traffic against the training reference, and its actions.",
+                        no_args_is_help=True)
+labels_app = typer.Typer(help="Late labels and the model quality they reveal.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 app.add_typer(features_app, name="features")
 app.add_typer(pipeline_app, name="pipeline")
 app.add_typer(model_app, name="model")
+app.add_typer(drift_app, name="drift")
+app.add_typer(labels_app, name="labels")
 # Piped output (make, CI logs) would otherwise be cut to 80 columns, squeezing the demo's table.
 console = Console(width=None if sys.stdout.isatty() else 140, soft_wrap=True)
 err_console = Console(stderr=True)
@@ -383,6 +391,98 @@ def history_command(
     for c in changes:
         table.add_row(f"{c.at:%Y-%m-%d %H:%M:%S}", c.alias, c.from_version or "none", c.to_version, c.actor,
                       c.reason)
+
+
+def _window_spec(since: str | None, start: str | None, end: str | None, last: int | None) -> WindowSpec:
+    from datetime import timedelta
+
+    from monitoring.window import WindowSpec
+
+    if since is not None and start is not None:
+        _error_exit("give --since or --start, not both", 2)
+    begin = _parse_time(start, "--start") if start else None
+    if since is not None:
+        units = {"m": "minutes", "h": "hours", "d": "days"}
+        if len(since) < 2 or since[-1] not in units or not since[:-1].isdigit():
+            _error_exit(f"--since must be a duration such as 30m, 6h or 7d, got {since!r}", 2)
+        begin = datetime.now(UTC) - timedelta(**{units[since[-1]]: int(since[:-1])})
+    return WindowSpec(start=begin, end=_parse_time(end, "--end") if end else None, last=last)
+
+
+@drift_app.command("run")
+def drift_run_command(
+    since: Annotated[str | None, typer.Option(help="Window: predictions of the last 30m, 6h, 7d ...")] = None,
+    start: Annotated[str | None, typer.Option(help="Window start (ISO 8601).")] = None,
+    end: Annotated[str | None, typer.Option(help="Window end (ISO 8601, exclusive).")] = None,
+    last: Annotated[int | None, typer.Option(min=1, help="Only the newest N predictions of the window.")] = None,
+) -> None:
+    """Judge the window's drift against the serving model's reference profile and act on the level.
+
+    Exit codes: 0 a verdict (INFO, WARNING or CRITICAL, actions done), 1 an action failed,
+    2 bad options, 4 no reference profile for the model, 5 empty window, 6 too few rows.
+    """
+    from monitoring.job import run_drift
+
+    settings = _settings()
+    try:
+        record = run_drift(settings, _window_spec(since, start, end, last))
+    except MLOpsError as exc:
+        _fail(exc)
+    console.print(f"drift [bold]{record.level}[/] on {record.rows:,} predictions of model versions "
+                  f"{', '.join(record.model_versions)}: {record.reason}", highlight=False)
+    console.print(f"actions: {', '.join(record.actions)}; reports: {', '.join(record.report_paths)}", highlight=False)
+    if record.action_errors:
+        _error_exit("; ".join(record.action_errors), 1)
+
+
+@drift_app.command("history")
+def drift_history_command(
+    limit: Annotated[int, typer.Option(min=1, help="Newest runs to show.")] = 20,
+) -> None:
+    """Every drift run: when, which window, the level, why, and what was done."""
+    from monitoring.actions import read_history
+
+    table = Table("run at", "versions", "rows", "level", "actions", "reason")
+    for record in read_history(_settings().monitoring_dir)[-limit:]:
+        done = ", ".join(record.actions) + "".join(f" [failed {e}]" for e in record.action_errors)
+        table.add_row(f"{record.run_at:%Y-%m-%d %H:%M:%S}", ",".join(record.model_versions), f"{record.rows:,}",
+                      record.level, done, record.reason)
+    console.print(table)
+
+
+@labels_app.command("ingest")
+def labels_ingest_command(
+    source: Annotated[Path, typer.Argument(help="CSV/Parquet of ids (transaction_id) and labels (is_fraud).")],
+) -> None:
+    """Store late labels by transaction id (a later label for the same id replaces the earlier one)."""
+    from mlops.contract import load_contract
+    from monitoring.labels import ingest_labels
+
+    settings = _settings()
+    try:
+        read, stored = ingest_labels(source, load_contract(settings.contract_path), settings.monitoring_dir)
+    except MLOpsError as exc:
+        _fail(exc)
+    console.print(f"ingested {read:,} labels from {source}; {stored:,} labels stored")
+
+
+@labels_app.command("quality")
+def labels_quality_command(
+    window: Annotated[str, typer.Option(help="Bucket size (pandas frequency: 1h, 1D ...).")] = "1h",
+    since: Annotated[str | None, typer.Option(help="Predictions of the last 30m, 6h, 7d ...")] = None,
+) -> None:
+    """Precision, recall, F1 and PR-AUC of the labelled predictions per window and model version."""
+    from monitoring.quality_job import run_quality
+
+    settings = _settings()
+    try:
+        rows = run_quality(settings, _window_spec(since, None, None, None), window)
+    except MLOpsError as exc:
+        _fail(exc)
+    table = Table("window start", "version", "role", "labelled", "positives", "precision", "recall", "F1", "PR-AUC")
+    for row in rows:
+        table.add_row(row.window_start, row.model_version, row.role, f"{row.labelled:,}", f"{row.positives:,}",
+                      f"{row.precision:.3f}", f"{row.recall:.3f}", f"{row.f1:.3f}", f"{row.pr_auc:.3f}")
     console.print(table)
 
 

@@ -124,3 +124,25 @@ class FeatureStoreError(MLOpsError):
 
 class FeatureSkewError(MLOpsError):
     """Served features differ from the offline point-in-time features beyond the threshold."""
+
+
+class DriftWindowError(MLOpsError):
+    """The prediction-log window cannot be judged for drift; the subclass says why (and the exit code)."""
+
+    exit_code = 5
+
+
+class EmptyWindowError(DriftWindowError):
+    """No prediction was logged in the window."""
+
+    exit_code = 5
+
+
+class SmallWindowError(DriftWindowError):
+    """The window has too few rows, or no column with values, for a drift verdict."""
+
+    exit_code = 6
+
+
+class AdminActionError(MLOpsError):
+    """The prediction service refused or could not be reached for an admin action (fallback switch)."""

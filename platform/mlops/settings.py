@@ -65,6 +65,15 @@ class Settings(BaseSettings):
     shadow: bool = Field(default=False, description="Also score the `challenger` alias off the response path.")
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
+    # Monitoring: drift levels, the cool-down between fallback switches, where its actions go.
+    drift_psi_warning: float = Field(default=0.1, gt=0, description="PSI at which a feature's drift is WARNING.")
+    drift_psi_critical: float = Field(default=0.2, gt=0, description="PSI at which a feature's drift is CRITICAL.")
+    drift_min_rows: int = Field(default=30, ge=1, description="Fewest predictions a drift verdict needs.")
+    drift_cooldown_s: float = Field(
+        default=3600.0, ge=0, description="After a CRITICAL action, later CRITICAL verdicts act again only after this.")
+    drift_retrain: bool = Field(default=True, description="Start a retraining run on a CRITICAL verdict.")
+    service_url: str | None = Field(default=None, description="Prediction service for admin calls; default host:port.")
+    pushgateway_url: str | None = Field(default=None, description="Prometheus Pushgateway for job metrics.")
 
     @property
     def resolved_home(self) -> Path:
@@ -105,3 +114,12 @@ class Settings(BaseSettings):
     @property
     def kfp_root(self) -> Path:
         return self.resolved_home / "kfp"
+
+    @property
+    def monitoring_dir(self) -> Path:
+        """Drift history, reports, ingested labels, cached reference profiles."""
+        return self.resolved_home / "monitoring"
+
+    @property
+    def resolved_service_url(self) -> str:
+        return (self.service_url or f"http://{self.host}:{self.port}").rstrip("/")

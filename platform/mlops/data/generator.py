@@ -23,7 +23,8 @@ import pandas as pd
 from mlops.contract import DataContract, load_contract
 from mlops.settings import BUNDLED_CONTRACT
 
-Scenario = Literal["none", "amount_inflation", "online_shift", "fraud_surge", "new_countries", "night_fraud"]
+Scenario = Literal["none", "amount_inflation", "online_shift", "fraud_surge", "new_countries", "night_fraud",
+                   "new_merchant_category"]
 SCENARIOS: tuple[str, ...] = get_args(Scenario)
 
 # Roles in the fraud patterns; a contract category not named here is an ordinary one.
@@ -34,6 +35,8 @@ _FRAUD_CHANNEL_WEIGHTS = {"pos": 0.1, "online": 0.75, "atm": 0.1, "contactless":
 _OTHER_CHANNEL_WEIGHT = 0.05
 # Columns the generator fills besides the contract's id, timestamp, label and entity keys.
 _VALUE_COLUMNS = ("amount", "merchant_category", "channel", "country")
+# A category the contract does not list: the new_merchant_category scenario moves merchants into it.
+NEW_CATEGORY = "crypto_exchange"
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
 
 # night_fraud: legitimate use follows the day (weights per UTC hour, about 1.7 % in 00:00-05:00);
@@ -135,13 +138,15 @@ def generate_transactions(
     cust_spend = rng.lognormal(mean=3.6, sigma=0.6, size=n_customers)
     cust_activity = rng.gamma(2.0, 1.0, size=n_customers)
     people = _Population(home=cust_home, spend=cust_spend, activity_p=cust_activity / cust_activity.sum(),
-                         merchant_category=rng.choice(vocab.categories, size=n_merchants))
+                         merchant_category=rng.choice(vocab.categories, size=n_merchants).astype(object))
     n_fraud_target = round(n_rows * fraud_rate)
     if scenario == "night_fraud":
         frame = _night_fraud(rng, people, vocab, n_rows, n_fraud_target, days)
     else:
         frame = _burst_fraud(rng, people, vocab, n_rows, n_fraud_target, days * 86_400)
     frame = _apply_scenario(frame, scenario, rng, vocab)
+    if scenario == "new_merchant_category":
+        people.merchant_category[rng.random(people.n_merchants) < 0.2] = NEW_CATEGORY
     frame = frame.sort_values(["t", "customer_idx"], kind="stable").reset_index(drop=True)
     micros = np.floor(frame["t"].to_numpy() * 1e6).astype("int64")
     values = {

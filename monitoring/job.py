@@ -1,0 +1,141 @@
+"""The drift job (``mlops drift run``, the KFP component and the CronJob all call ``run_drift``):
+the window of the prediction log against the reference profile of each model version that
+served it, the Evidently report, the metrics, the actions, the record.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import UTC, datetime, timedelta
+from typing import cast
+
+import pandas as pd
+
+from mlops.contract import DataContract, load_contract
+from mlops.errors import EmptyWindowError, MLOpsError, SmallWindowError
+from mlops.prediction_log import log_dir
+from mlops.settings import Settings
+from monitoring import actions, metrics
+from monitoring.drift import DriftReport, DriftThresholds, compute_drift, max_level
+from monitoring.evidently_report import evidently_snapshot, render_html
+from monitoring.references import fetch_profile
+from monitoring.retraining import RetrainingStart, start_retraining
+from monitoring.window import WindowSpec, read_window
+
+log = logging.getLogger(__name__)
+# Retraining runs started by this process (their Popen objects must outlive the job's call).
+_RUNNING: list[RetrainingStart] = []
+
+
+def thresholds(settings: Settings) -> DriftThresholds:
+    return DriftThresholds(psi_warning=settings.drift_psi_warning, psi_critical=settings.drift_psi_critical,
+                           min_rows=settings.drift_min_rows)
+
+
+def judge(settings: Settings, window: pd.DataFrame, limits: DriftThresholds) -> list[tuple[DriftReport, pd.DataFrame]]:
+    """A report per (model, version) that served at least ``min_rows`` of the window."""
+    judged = []
+    sizes = window.groupby(["model_name", "model_version"]).size()
+    for (name, version), group in window.groupby(["model_name", "model_version"], sort=True):
+        if len(group) < limits.min_rows:
+            log.info("%s v%s served only %d rows of the window; not judged", name, version, len(group))
+            continue
+        profile = fetch_profile(settings, str(name), str(version))
+        report = compute_drift(group.reset_index(drop=True), profile, limits, model_name=str(name),
+                               model_version=str(version))
+        judged.append((report, group.reset_index(drop=True)))
+    if not judged:
+        served = ", ".join(f"v{cast(tuple[str, str], key)[1]}: {count}" for key, count in sizes.items())
+        raise SmallWindowError(f"no model version served {limits.min_rows} predictions of the window ({served})")
+    return judged
+
+
+def _reason(reports: list[DriftReport]) -> str:
+    flagged = [f"{r.model_version}/{f.feature} {f.level} ({f.score:.3g})" for r in reports for f in r.flagged()
+               if f.score is not None]
+    notes = [f"{r.model_version}/{f.feature}: {f.note}" for r in reports for f in r.features if f.note]
+    return "; ".join(flagged + notes) or "no feature drifted"
+
+
+def _report_html(settings: Settings, report: DriftReport, window: pd.DataFrame, now: datetime) -> str:
+    profile = fetch_profile(settings, report.model_name, report.model_version)
+    path = settings.monitoring_dir / "reports" / f"drift-{now:%Y%m%dT%H%M%S}-v{report.model_version}.html"
+    render_html(evidently_snapshot(report, profile, window), path)
+    return str(path)
+
+
+def _log_to_mlflow(settings: Settings, reports: list[DriftReport], record: actions.DriftRunRecord) -> None:
+    import mlflow
+
+    from mlops import registry
+
+    # Created like the training experiment, so a local store keeps its artifacts under home (not ./mlruns).
+    monitoring = settings.model_copy(update={"experiment": f"{settings.experiment}-monitoring"})
+    experiment_id = registry.ensure_experiment(monitoring)
+    with mlflow.start_run(experiment_id=experiment_id, run_name=f"drift-{record.run_at:%Y%m%dT%H%M%S}"):
+        mlflow.set_tags({"level": record.level, "actions": ",".join(record.actions),
+                         "model_versions": ",".join(record.model_versions)})
+        mlflow.log_metrics({f"v{r.model_version}.{f.feature}": f.score for r in reports for f in r.features
+                            if f.score is not None})
+        mlflow.log_text(record.model_dump_json(indent=2), "drift/record.json")
+        for path in record.report_paths:
+            mlflow.log_artifact(path, "drift")
+
+
+def run_drift(settings: Settings, spec: WindowSpec, *, limits: DriftThresholds | None = None,
+              now: datetime | None = None) -> actions.DriftRunRecord:
+    """Judge the window, act on the verdict, record and export it; the record says what happened."""
+    started = time.perf_counter()
+    now = now or datetime.now(UTC)
+    limits = limits or thresholds(settings)
+    contract = load_contract(settings.contract_path)
+    window = read_window(log_dir(settings), spec)
+    if window.empty:
+        raise EmptyWindowError(f"no predictions logged in {spec.describe()} ({log_dir(settings)})")
+    judged = judge(settings, window, limits)
+    reports = [report for report, _ in judged]
+    level = max_level([r.level for r in reports])
+    history = actions.read_history(settings.monitoring_dir)
+    planned = actions.planned_actions(level, history, now, timedelta(seconds=settings.drift_cooldown_s),
+                                      retrain=settings.drift_retrain)
+    record = actions.DriftRunRecord(
+        run_at=now, window=spec.describe(), model_name=reports[0].model_name,
+        model_versions=[r.model_version for r in reports], rows=len(window), level=level, reason=_reason(reports),
+        scores={f"v{r.model_version}/{f.feature}": f.score for r in reports for f in r.features if f.score is not None},
+        actions=planned, report_paths=[_report_html(settings, r, w, now) for r, w in judged])
+    record = _act(settings, contract, window, record, now)
+    actions.append_history(settings.monitoring_dir, record)
+    _log_to_mlflow(settings, reports, record)
+    metrics.publish(metrics.drift_registry(reports, time.perf_counter() - started), metrics.DRIFT_JOB,
+                    settings.monitoring_dir, settings.pushgateway_url)
+    log.log(logging.WARNING if level != "INFO" else logging.INFO, "drift %s: %s -> %s", level, record.reason,
+            ", ".join(record.actions))
+    return record
+
+
+def _act(settings: Settings, contract: DataContract, window: pd.DataFrame, record: actions.DriftRunRecord,
+         now: datetime) -> actions.DriftRunRecord:
+    errors: list[str] = []
+    update: dict[str, object] = {}
+    if actions.ACTING in record.actions:
+        try:
+            token = settings.admin_token.get_secret_value() if settings.admin_token else None
+            actions.switch_to_fallback(settings.resolved_service_url, token,
+                                       f"drift {record.level}: {record.reason}"[:500])
+        except MLOpsError as exc:
+            errors.append(f"fallback: {exc.message}")
+    if "retrain" in record.actions:
+        try:
+            started: RetrainingStart = start_retraining(settings, contract, window, now)
+            update = {"retraining_data": str(started.data), "retraining_log": str(started.log),
+                      "retraining_pid": started.process.pid}
+            _RUNNING.append(started)
+        except MLOpsError as exc:
+            errors.append(f"retrain: {exc.message}")
+    return record.model_copy(update={**update, "action_errors": errors})
+
+
+def running_retrainings() -> list[RetrainingStart]:
+    """Retraining runs this process started, so a caller (a test, a long-lived scheduler) can wait on them."""
+    return list(_RUNNING)

@@ -1,0 +1,72 @@
+"""Prometheus metrics of the monitoring jobs: per-feature drift scores and levels, job duration and
+last success, labelled model quality. Each job fills a fresh registry and pushes it to the
+Pushgateway (MLOPS_PUSHGATEWAY_URL) that Prometheus scrapes; it is also written as a text file
+(``<home>/monitoring/<job>.prom``) for a node exporter's textfile collector."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Gauge, push_to_gateway, write_to_textfile
+
+from monitoring.drift import LEVELS, DriftReport
+from monitoring.labels import QualityRow
+
+DRIFT_JOB = "mlops_drift"
+QUALITY_JOB = "mlops_quality"
+
+
+def drift_registry(reports: list[DriftReport], duration_s: float) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    labels = ["model_name", "model_version", "feature"]
+    score = Gauge("mlops_drift_score", "Drift score: PSI, or the change of the confident share.", labels,
+                  registry=registry)
+    p_value = Gauge("mlops_drift_p_value", "p-value of the feature's KS or chi-squared test.", [*labels, "test"],
+                    registry=registry)
+    level = Gauge("mlops_drift_level", "Drift level: 0 INFO, 1 WARNING, 2 CRITICAL.", labels, registry=registry)
+    rows = Gauge("mlops_drift_window_rows", "Predictions in the judged window.", labels[:2], registry=registry)
+    for report in reports:
+        rows.labels(report.model_name, report.model_version).set(report.rows)
+        for feature in report.features:
+            key = (report.model_name, report.model_version, feature.feature)
+            level.labels(*key).set(LEVELS.index(feature.level))
+            if feature.score is not None:
+                score.labels(*key).set(feature.score)
+            if feature.p_value is not None:
+                p_value.labels(*key, feature.test).set(feature.p_value)
+    _job_gauges(registry, "drift", duration_s)
+    return registry
+
+
+def quality_registry(rows: list[QualityRow], duration_s: float) -> CollectorRegistry:
+    """The latest window's quality per model version and role."""
+    registry = CollectorRegistry()
+    quality = Gauge("mlops_model_quality", "Model quality on late labels in the latest window.",
+                    ["model_version", "role", "metric"], registry=registry)
+    labelled = Gauge("mlops_model_labelled_predictions", "Labelled predictions in the latest window.",
+                     ["model_version", "role"], registry=registry)
+    latest = max((r.window_start for r in rows), default=None)
+    for row in rows:
+        if row.window_start != latest:
+            continue
+        for metric in ("precision", "recall", "f1", "pr_auc"):
+            quality.labels(row.model_version, row.role, metric).set(getattr(row, metric))
+        labelled.labels(row.model_version, row.role).set(row.labelled)
+    _job_gauges(registry, "quality", duration_s)
+    return registry
+
+
+def _job_gauges(registry: CollectorRegistry, job: str, duration_s: float) -> None:
+    # Labelled "monitor", not "job": the Pushgateway's grouping key owns the job label.
+    Gauge("mlops_monitoring_job_duration_seconds", "Wall time of the monitoring job's last run.", ["monitor"],
+          registry=registry).labels(job).set(duration_s)
+    Gauge("mlops_monitoring_job_last_success_timestamp_seconds", "When the monitoring job last succeeded.",
+          ["monitor"], registry=registry).labels(job).set(time.time())
+
+
+def publish(registry: CollectorRegistry, job: str, monitoring_dir: Path, pushgateway_url: str | None) -> None:
+    monitoring_dir.mkdir(parents=True, exist_ok=True)
+    write_to_textfile(str(monitoring_dir / f"{job}.prom"), registry)
+    if pushgateway_url:
+        push_to_gateway(pushgateway_url, job=job, registry=registry)

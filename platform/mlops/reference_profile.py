@@ -1,0 +1,121 @@
+"""The reference profile: what a model's training data looked like, stored with the model so drift
+jobs compare live traffic against it without ever re-reading the training set.
+
+Per numeric input: quantile bin edges and bin counts (PSI), plus the values themselves (a seeded
+sample of at most ``MAX_SAMPLE``) for the Kolmogorov-Smirnov test; a numeric input with at most
+``DISCRETE_MAX_VALUES`` distinct values (counts, flags) keeps per-value counts instead, as Evidently
+bins such columns by value. Per categorical input: category counts. And the model's predicted
+probabilities (profiled like a numeric input) with the share of confident predictions.
+
+The profile is built by the evaluate step from the held-out split of the training run (the newest
+rows of the training data, scored out of sample) and logged as the run's ``reference/profile.json``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict
+
+from mlops.contract import DataContract
+
+PROFILE_ARTIFACT = "reference/profile.json"
+N_BINS = 10
+DISCRETE_MAX_VALUES = 20
+MAX_SAMPLE = 20_000
+# A prediction this far from the middle counts as confident: p <= 1 - CUTOFF or p >= CUTOFF.
+CONFIDENCE_CUTOFF = 0.9
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NumericProfile(_Strict):
+    kind: Literal["continuous", "discrete"]
+    rows: int
+    null_count: int
+    edges: list[float] = []  # continuous: interior quantile edges; bin i holds edges[i-1] < x <= edges[i]
+    bin_counts: list[int] = []
+    sample: list[float] = []  # continuous: the reference values (or a seeded sample of them), sorted
+    values: list[float] = []  # discrete: the distinct values ...
+    counts: list[int] = []  # ... and how often each occurred
+
+
+class CategoricalProfile(_Strict):
+    rows: int
+    null_count: int
+    counts: dict[str, int]
+
+
+class ReferenceProfile(_Strict):
+    contract: str
+    rows: int
+    numeric: dict[str, NumericProfile]
+    categorical: dict[str, CategoricalProfile]
+    probability: NumericProfile
+    confidence_cutoff: float
+    confident_share: float
+
+
+def bin_counts(edges: list[float] | np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Counts per bin of ``edges`` (len(edges) + 1 bins), the same rule for reference and live data."""
+    index = np.searchsorted(np.asarray(edges, dtype="float64"), values, side="left")
+    return np.bincount(index, minlength=len(edges) + 1)
+
+
+def confident_share(probabilities: np.ndarray, cutoff: float = CONFIDENCE_CUTOFF) -> float:
+    if probabilities.size == 0:
+        return 0.0
+    return float(np.mean((probabilities >= cutoff) | (probabilities <= 1 - cutoff)))
+
+
+def profile_numeric(values: pd.Series | np.ndarray, *, seed: int = 0) -> NumericProfile:
+    raw = np.asarray(values, dtype="float64")
+    present = raw[~np.isnan(raw)]
+    nulls = int(raw.size - present.size)
+    distinct, counts = np.unique(present, return_counts=True)
+    if distinct.size <= DISCRETE_MAX_VALUES:
+        return NumericProfile(kind="discrete", rows=int(raw.size), null_count=nulls,
+                              values=distinct.tolist(), counts=counts.astype(int).tolist())
+    edges = np.unique(np.quantile(present, np.linspace(0, 1, N_BINS + 1)[1:-1]))
+    sample = present
+    if present.size > MAX_SAMPLE:
+        sample = np.random.default_rng(seed).choice(present, size=MAX_SAMPLE, replace=False)
+    return NumericProfile(kind="continuous", rows=int(raw.size), null_count=nulls, edges=edges.tolist(),
+                          bin_counts=bin_counts(edges, present).astype(int).tolist(),
+                          sample=np.sort(sample).tolist())
+
+
+def profile_categorical(values: pd.Series) -> CategoricalProfile:
+    present = values.dropna().astype(str)
+    counts = present.value_counts()
+    return CategoricalProfile(rows=len(values), null_count=int(len(values) - len(present)),
+                              counts={str(k): int(v) for k, v in counts.items()})
+
+
+def build_profile(frame: pd.DataFrame, contract: DataContract, probabilities: np.ndarray) -> ReferenceProfile:
+    """Profile of ``frame`` (raw inputs and computed features) and the model's probabilities on it."""
+    probabilities = np.asarray(probabilities, dtype="float64")
+    return ReferenceProfile(
+        contract=contract.name,
+        rows=len(frame),
+        numeric={name: profile_numeric(frame[name]) for name in contract.numeric_inputs},
+        categorical={name: profile_categorical(frame[name]) for name in contract.model_inputs.categorical},
+        probability=profile_numeric(probabilities),
+        confidence_cutoff=CONFIDENCE_CUTOFF,
+        confident_share=confident_share(probabilities),
+    )
+
+
+def save_profile(profile: ReferenceProfile, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(profile.model_dump_json())
+    return path
+
+
+def load_profile(path: Path) -> ReferenceProfile:
+    return ReferenceProfile.model_validate_json(path.read_text())

@@ -1,0 +1,87 @@
+"""Drift scores and levels on the generator's scenarios, with Evidently as the oracle."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mlops.contract import DataContract
+from mlops.errors import EmptyWindowError, SmallWindowError
+from mlops.reference_profile import ReferenceProfile
+from monitoring.drift import CONFIDENT_SHARE, PROBABILITY, DriftReport, compute_drift
+from monitoring.evidently_report import evidently_scores, evidently_snapshot
+
+if TYPE_CHECKING:
+    from monitoring_fixtures import Traffic
+
+AMOUNT_FEATURES = {"amount", "customer_amount_mean_7d", "customer_amount_max_24h", "customer_amount_sum_24h",
+                   "merchant_amount_mean_7d"}
+
+
+def _assert_matches_evidently(report: DriftReport, reference: ReferenceProfile, window: pd.DataFrame) -> None:
+    oracle = evidently_scores(evidently_snapshot(report, reference, window))
+    ours: dict[tuple[str, str], float | None] = {}
+    for feature in report.features:
+        if feature.test != "none":
+            ours[(feature.feature, feature.test)] = feature.p_value
+        if feature.kind in ("discrete", "categorical"):
+            ours[(feature.feature, "psi")] = feature.psi
+    assert set(oracle) == set(ours)
+    for key, value in ours.items():
+        assert value == pytest.approx(oracle[key], abs=1e-6), key
+
+
+def test_no_drift_is_info_on_every_feature(reference: ReferenceProfile, live: Traffic, contract: DataContract) -> None:
+    window = live("none")
+    report = compute_drift(window, reference)
+    assert {f.feature for f in report.features} == {*contract.numeric_inputs, *contract.model_inputs.categorical,
+                                                     PROBABILITY, CONFIDENT_SHARE}
+    assert report.level == "INFO", [(f.feature, f.score) for f in report.flagged()]
+    _assert_matches_evidently(report, reference, window)
+
+
+def test_inflated_amounts_flag_only_the_amount_features(reference: ReferenceProfile, live: Traffic) -> None:
+    window = live("amount_inflation")
+    report = compute_drift(window, reference)
+    flagged = {f.feature for f in report.flagged()}
+    assert report.feature("amount").level == "CRITICAL"
+    assert flagged - {PROBABILITY, CONFIDENT_SHARE} <= AMOUNT_FEATURES
+    assert "amount" in flagged
+    # The scoring rule reads the amount: the predictions drift with it (model drift before labels).
+    assert report.feature(PROBABILITY).level != "INFO"
+    _assert_matches_evidently(report, reference, window)
+
+
+def test_a_new_merchant_category_is_flagged_by_chi_squared(reference: ReferenceProfile, live: Traffic) -> None:
+    window = live("new_merchant_category")
+    report = compute_drift(window, reference)
+    category = report.feature("merchant_category")
+    assert category.test == "chisquare"
+    assert category.test_drift
+    assert category.p_value == 0.0
+    assert category.level == "CRITICAL"
+    assert category.unknown_share == pytest.approx((window["merchant_category"] == "crypto_exchange").mean())
+    assert {f.feature for f in report.flagged()} <= {"merchant_category", PROBABILITY, CONFIDENT_SHARE}
+    _assert_matches_evidently(report, reference, window)
+
+
+def test_an_empty_window_and_a_single_row_are_refused_by_name(reference: ReferenceProfile, live: Traffic) -> None:
+    window = live("none")
+    with pytest.raises(EmptyWindowError, match="no predictions"):
+        compute_drift(window.iloc[:0], reference)
+    with pytest.raises(SmallWindowError, match=r"holds 1 prediction\(s\); a drift verdict needs at least 30"):
+        compute_drift(window.iloc[:1], reference)
+    assert EmptyWindowError("").exit_code != SmallWindowError("").exit_code
+
+
+def test_an_all_null_column_and_an_unseen_column_give_a_verdict(reference: ReferenceProfile, live: Traffic) -> None:
+    window = live("none").assign(amount=np.nan, brand_new_field="x").drop(columns=["channel"])
+    report = compute_drift(window, reference)
+    assert report.feature("amount").note == "no values in the window (all null)"
+    assert report.feature("channel").note == "column absent from the window"
+    assert report.feature("amount").level == report.feature("channel").level == "WARNING"
+    assert "brand_new_field" in report.ignored_columns
+    assert report.feature("customer_txn_count_1h").level == "INFO"

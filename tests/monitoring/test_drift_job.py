@@ -1,0 +1,175 @@
+"""The drift job end to end on real stores: prediction log -> reference profile from the MLflow
+registry -> verdict -> actions against an admin API on 127.0.0.1 -> history, report, metrics.
+
+The admin server here stands in for the prediction service's admin routes, which are being
+built in parallel; tests/e2e/test_closed_loop.py runs the same loop against the real service.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from mlops import registry
+from mlops.cli import app
+from mlops.contract import DataContract
+from mlops.prediction_log import PredictionLog, log_dir
+from mlops.reference_profile import ReferenceProfile
+from mlops.settings import Settings
+from monitoring.actions import read_history
+from monitoring.job import run_drift, running_retrainings
+from monitoring.window import WindowSpec
+
+if TYPE_CHECKING:
+    from monitoring_fixtures import LogWriter, Registrar, Traffic
+
+TOKEN = "s3cret-admin-token"
+runner = CliRunner()
+
+
+class AdminStandIn(BaseHTTPRequestHandler):
+    calls: ClassVar[list[dict[str, str]]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+            self._answer(401, {"detail": "bad token"})
+            return
+        type(self).calls.append({"path": self.path, "reason": body["reason"]})
+        self._answer(200, {"alias": "fallback"})
+
+    def _answer(self, status: int, body: dict[str, str]) -> None:
+        raw = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def admin() -> Iterator[str]:
+    AdminStandIn.calls = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), AdminStandIn)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def settings(tmp_path: Path, admin: str, tracking_uri: str, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    values = {"MLOPS_HOME": str(tmp_path / "home"), "MLOPS_TRACKING_URI": tracking_uri, "MLOPS_SERVICE_URL": admin,
+              "MLOPS_ADMIN_TOKEN": TOKEN, "MLOPS_DRIFT_COOLDOWN_S": "3600", "MLOPS_KFP_HOST": "http://127.0.0.1:9"}
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+    return Settings()
+
+
+def test_no_drift_logs_and_exports_info(settings: Settings, reference: ReferenceProfile, live: Traffic,
+                                        write_log: LogWriter, register_profile: Registrar) -> None:
+    version = register_profile(settings, reference)
+    write_log(live("none"), PredictionLog(log_dir(settings)), version=version)
+    record = run_drift(settings, WindowSpec(start=datetime.now(UTC) - timedelta(days=1)))
+    assert (record.level, record.actions, record.model_versions) == ("INFO", ["log"], [version])
+    assert not AdminStandIn.calls
+    exported = (settings.monitoring_dir / "mlops_drift.prom").read_text()
+    assert f'mlops_drift_level{{feature="amount",model_name="fraud-detector",model_version="{version}"}} 0.0' \
+        in exported
+    assert "mlops_monitoring_job_last_success_timestamp_seconds" in exported
+    assert Path(record.report_paths[0]).stat().st_size > 10_000
+    assert read_history(settings.monitoring_dir) == [record]
+    # The report went to MLflow, under a platform home's artifact root (never a stray ./mlruns).
+    experiment = registry.client(settings).get_experiment_by_name(f"{settings.experiment}-monitoring")
+    assert experiment is not None
+    assert experiment.artifact_location.endswith("/home/mlartifacts")
+
+
+def test_critical_drift_switches_to_fallback_retrains_once_and_respects_the_cooldown(
+        settings: Settings, reference: ReferenceProfile, live: Traffic, write_log: LogWriter, contract: DataContract,
+        tmp_path: Path, register_profile: Registrar) -> None:
+    version = register_profile(settings, reference)
+    drifted = live("amount_inflation")
+    write_log(drifted, PredictionLog(log_dir(settings)), version=version)
+    labels = tmp_path / "labels.csv"
+    drifted[[contract.id_column, contract.label_column]].to_csv(labels, index=False)
+    assert runner.invoke(app, ["labels", "ingest", str(labels)]).exit_code == 0
+
+    result = runner.invoke(app, ["drift", "run", "--since", "1d"])
+    assert result.exit_code == 0, result.output
+    first = read_history(settings.monitoring_dir)[-1]
+    assert first.level == "CRITICAL"
+    assert first.actions == ["fallback", "retrain"]
+    assert "amount CRITICAL" in first.reason
+    assert first.scores[f"v{version}/amount"] >= 0.2
+    assert [c["path"] for c in AdminStandIn.calls] == ["/admin/fallback"]
+    assert "drift CRITICAL" in AdminStandIn.calls[0]["reason"]
+    retrained = pd.read_parquet(str(first.retraining_data))
+    assert list(retrained.columns) == [c.name for c in contract.columns]
+    assert len(retrained) == len(drifted)
+    # The retraining run went to MLOPS_KFP_HOST (nothing listens there): the pipeline CLI was started
+    # on the window's data and reported the unreachable endpoint in its log.
+    (started,) = [r for r in running_retrainings() if str(r.data) == first.retraining_data]
+    assert started.process.wait(timeout=120) != 0
+    assert "127.0.0.1:9" in Path(str(first.retraining_log)).read_text()
+
+    second = run_drift(settings, WindowSpec(start=datetime.now(UTC) - timedelta(days=1)))
+    assert second.level == "CRITICAL"
+    assert second.actions[0].startswith("none: cool-down until")
+    assert len(AdminStandIn.calls) == 1
+    assert second.retraining_data is None
+    history = runner.invoke(app, ["drift", "history"])
+    assert [r.actions[0] for r in read_history(settings.monitoring_dir)] == ["fallback", second.actions[0]]
+    assert "fallback, retrain" in history.output
+    assert "cool-down" in history.output
+
+
+def test_a_refused_fallback_is_recorded_and_exits_1(settings: Settings, reference: ReferenceProfile, live: Traffic,
+                                                     write_log: LogWriter, register_profile: Registrar,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLOPS_ADMIN_TOKEN", "wrong")
+    monkeypatch.setenv("MLOPS_DRIFT_RETRAIN", "false")
+    version = register_profile(settings, reference)
+    write_log(live("new_merchant_category"), PredictionLog(log_dir(settings)), version=version)
+    result = runner.invoke(app, ["drift", "run"])
+    assert result.exit_code == 1
+    assert "answered 401" in result.output
+    assert read_history(settings.monitoring_dir)[-1].action_errors[0].startswith("fallback:")
+
+
+@pytest.mark.parametrize(("rows", "code", "message"), [
+    (0, 5, "no predictions logged in the whole log"),
+    (1, 6, "no model version served 30 predictions of the window (v1: 1)"),
+])
+def test_bad_windows_exit_with_their_code(
+        settings: Settings, reference: ReferenceProfile, live: Traffic, write_log: LogWriter,
+        register_profile: Registrar, rows: int, code: int, message: str) -> None:
+    register_profile(settings, reference)
+    write_log(live("none").iloc[:rows], PredictionLog(log_dir(settings)), version="1")
+    result = runner.invoke(app, ["drift", "run"])
+    assert result.exit_code == code, result.output
+    assert message in " ".join(result.output.split())
+    assert "Traceback" not in result.output
+
+
+def test_a_version_without_profile_exits_4(settings: Settings, live: Traffic, write_log: LogWriter) -> None:
+    write_log(live("none").iloc[:100], PredictionLog(log_dir(settings)), version="99")
+    result = runner.invoke(app, ["drift", "run", "--last", "50"])
+    assert result.exit_code == 4, result.output
+    assert "fraud-detector version 99 is not registered" in " ".join(result.output.split())
+    bad = runner.invoke(app, ["drift", "run", "--since", "yesterday"])
+    assert bad.exit_code == 2
+    assert "--since must be a duration" in bad.output
