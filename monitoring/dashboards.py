@@ -36,8 +36,9 @@ DASHBOARDS: dict[str, tuple[str, tuple[Panel, ...]]] = {
               "reqps"),
         Panel("Latency /predict", (_latency("0.50"), _latency("0.95"), _latency("0.99")), "s"),
         # `or vector(0)`: no 5xx series yet means a share of 0, not an empty panel.
-        Panel("Error rate /predict", ((f'(sum(rate(mlops_requests_total{{{PREDICT}, status=~"5.."}}[5m])) or vector(0)) '
-                                       f"/ sum(rate(mlops_requests_total{{{PREDICT}}}[5m]))", "5xx share"),),
+        Panel("Error rate /predict", ((f'(sum(rate(mlops_requests_total{{{PREDICT}, status=~"5.."}}[5m])) '
+                                       f"or vector(0)) / sum(rate(mlops_requests_total{{{PREDICT}}}[5m]))",
+                                       "5xx share"),),
               "percentunit"),
         Panel("Served model version", (("max by (name, version, alias) (mlops_model_info)",
                                         "{{name}} v{{version}} @{{alias}}"),), kind="stat"),
