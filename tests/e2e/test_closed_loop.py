@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -86,8 +87,12 @@ def _panels_have_data(stack: PrometheusStack) -> None:
     for name in ("serving", "drift"):
         for panel in json.loads((DASHBOARD_DIR / f"{name}.json").read_text())["panels"]:
             for target in panel["targets"]:
-                until(lambda expr=target["expr"]: bool(stack.query(expr)),
-                      f"{name}: {panel['title']}: {target['expr']} to return data")
+                expr: str = target["expr"]
+                until(partial(_has_data, stack, expr), f"{name}: {panel['title']}: {expr} to return data")
+
+
+def _has_data(stack: PrometheusStack, expr: str) -> bool:
+    return bool(stack.query(expr))
 
 
 def test_drift_switches_to_fallback_retrains_and_the_service_follows(home: Settings, tmp_path: Path) -> None:
