@@ -23,7 +23,7 @@ demo: setup
 	$(VENV)/bin/mlops demo
 
 test: setup validate-infra
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=25
 
 lint: setup
 	$(VENV)/bin/ruff check .
