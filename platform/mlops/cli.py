@@ -391,6 +391,7 @@ def history_command(
     for c in changes:
         table.add_row(f"{c.at:%Y-%m-%d %H:%M:%S}", c.alias, c.from_version or "none", c.to_version, c.actor,
                       c.reason)
+    console.print(table)
 
 
 def _window_spec(since: str | None, start: str | None, end: str | None, last: int | None) -> WindowSpec:
