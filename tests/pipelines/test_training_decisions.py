@@ -9,13 +9,17 @@ each decision visible in the result.
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
+import mlflow
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
+from mlops import registry
 from mlops.contract import DataContract
 from mlops.data.generator import generate_transactions
 from mlops.features import replay_features
@@ -24,7 +28,9 @@ from mlops.model import FraudMLP, encode, fit_vocabularies
 from mlops.onnx_export import export_onnx
 from mlops.settings import Settings
 from pipelines.steps.evaluate import EvaluationReport, QualityGates, evaluate
+from pipelines.steps.export import ExportResult, log_model_to_mlflow
 from pipelines.steps.train import TrainParams, TrainResult, best_f1_threshold, train_model
+from pipelines.tasks import evaluate_task
 from pipelines.train_entry import run_training
 
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
@@ -213,3 +219,44 @@ def test_evaluate_applies_the_margin_from_settings(
     assert report.margin == margin
     assert report.decision == decision
     assert str(margin) in report.reason
+
+
+@pytest.fixture
+def home_with_margin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
+    monkeypatch.setenv("MLOPS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MLOPS_PROMOTION_MARGIN", "0.37")  # not the default 0.02
+    yield Settings()
+    mlflow.set_tracking_uri(None)  # type: ignore[arg-type]  # None = unset, the environment decides again
+    mlflow.set_registry_uri(None)  # type: ignore[arg-type]
+
+
+def test_evaluate_task_takes_the_margin_from_settings(
+    home_with_margin: Settings, onnx_at: dict[str, OnnxModel], noisy: Splits, tmp_path: Path
+) -> None:
+    settings = home_with_margin
+    client = registry.client(settings)
+    experiment_id = registry.ensure_experiment(settings)
+    uris = {}
+    for name in ("half", "best"):
+        run_id = client.create_run(experiment_id).info.run_id
+        uris[name] = (run_id, log_model_to_mlflow(run_id, ExportResult(onnx_at[name].path, 0.0)))
+    registry.promote(settings, registry.register_version(settings, uris["half"][1], uris["half"][0], tags={}))
+    model_dir = tmp_path / "candidate"
+    model_dir.mkdir()
+    shutil.copyfile(onnx_at["best"].path, model_dir / registry.ONNX_FILE)
+    splits = {}
+    for name, frame in (("train", noisy[0]), ("test", noisy[2])):
+        splits[name] = tmp_path / f"{name}.parquet"
+        frame.to_parquet(splits[name], index=False)
+    run_id, model_uri = uris["best"]
+
+    decision, version = evaluate_task(splits["train"], splits["test"], model_dir, model_uri, run_id,
+                                      tmp_path / "evaluation")
+
+    report = EvaluationReport.model_validate_json((tmp_path / "evaluation" / "report.json").read_text())
+    assert report.margin == 0.37
+    assert report.production_version == "1"
+    assert report.production is not None
+    gain = report.candidate.f1 - report.production.f1
+    assert 0.05 < gain < 0.37  # better than production, but not by the configured margin
+    assert (decision, version) == ("reject", "2")
