@@ -8,7 +8,7 @@ UV_VERSION := 0.13.9
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint serve compile lock clean validate-infra infra-rules
+.PHONY: setup demo test lint serve compile lock clean validate-infra infra-rules mutation
 
 setup: $(STAMP)
 
@@ -28,6 +28,15 @@ test: setup validate-infra
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy platform pipelines serving monitoring feature_repo infra tests
+
+# Mutation testing (mutmut, configured in pyproject.toml): mutants of the evaluate step's decision
+# functions against their unit tests; prints the score and the survivors (tests/MUTATION.md says why each is equivalent).
+mutation: setup
+	rm -rf mutants
+	$(VENV)/bin/mutmut run --max-children 2
+	$(VENV)/bin/mutmut export-cicd-stats
+	$(PY) -c 'import json; s = json.load(open("mutants/mutmut-cicd-stats.json")); k, u = s["killed"], s["no_tests"]; n = k + s["survived"] + s["timeout"] + s["suspicious"]; print(f"mutation score: {k}/{n} mutants killed ({100 * k / n:.1f} %); {u} in code the selected tests do not run")'
+	$(VENV)/bin/mutmut results | grep -v ": no tests$$" || true
 
 # Kubernetes manifests, offline: kustomize build of every overlay, Kubernetes/CRD schemas, policies.
 validate-infra: setup

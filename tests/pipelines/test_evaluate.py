@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pipelines.steps.deploy import promotion_tags
-from pipelines.steps.evaluate import EvaluationReport, Metrics, compute_metrics, decide
+from pipelines.steps.evaluate import EvaluationReport, Metrics, apply_gates, compute_metrics, decide
 
 # 3 positives, 5 negatives. At threshold 0.5 the predictions are
 #   TP: 0.9, 0.6   FN: 0.3   FP: 0.7, 0.55   TN: 0.2, 0.1, 0.05
@@ -63,9 +63,7 @@ def test_single_class_labels_give_nan_ranking_metrics_and_zero_f1() -> None:
 
 
 def test_no_production_model_promotes() -> None:
-    decision, reason = decide(_metrics(0.1), None, margin=0.02)
-    assert decision == "promote"
-    assert "no model in production" in reason
+    assert decide(_metrics(0.1), None, margin=0.02) == ("promote", "no model in production yet")
 
 
 def test_candidate_beating_production_by_margin_promotes() -> None:
@@ -95,6 +93,18 @@ def test_worse_candidate_rejects_with_zero_margin() -> None:
     assert "0.6100" in reason
     assert "0.6200" in reason
     assert decide(_metrics(0.62), _metrics(0.62), margin=0.0)[0] == "promote"
+
+
+def test_gates_block_a_promotion_naming_every_blocker() -> None:
+    blockers = ["slice country=NG: F1 0.2000 < production 0.5000 - 0.1", "score depends on transaction_id"]
+    assert apply_gates("promote", "F1 beats production", blockers) == (
+        "reject", "F1 beats production, but blocked: slice country=NG: F1 0.2000 < production 0.5000 - 0.1; "
+        "score depends on transaction_id")
+
+
+def test_gates_leave_a_clean_promotion_and_any_rejection_alone() -> None:
+    assert apply_gates("promote", "F1 beats production", []) == ("promote", "F1 beats production")
+    assert apply_gates("reject", "F1 too low", ["slice x"]) == ("reject", "F1 too low")
 
 
 def test_promotion_tags_carry_decision_reason_and_both_metric_sets() -> None:

@@ -19,7 +19,7 @@ from mlops.inference import OnnxModel
 from mlops.model import encode
 from mlops.settings import Settings
 from pipelines.steps.export import ExportResult, export_and_check, log_model_to_mlflow
-from pipelines.steps.train import EpochMetrics, TrainParams, TrainResult, train_model
+from pipelines.steps.train import EpochMetrics, TrainParams, TrainResult, best_f1_threshold, train_model
 from pipelines.steps.trained_model import load_trained, save_trained
 from pipelines.train_tracking import log_training, params_from_run
 
@@ -78,10 +78,19 @@ def test_history_early_stopping_and_callback(trained: tuple[TrainResult, list[Ep
     assert not stopped_early or len(result.history) - result.best_epoch == PARAMS.patience
     assert result.device == "cpu"
     assert not result.model.training
-    assert 0.0 < result.threshold < 1.0
     assert result.precision == "fp32"
     assert [s.epoch for s in result.system] == [m.epoch for m in result.history]
     assert all(s.samples_per_s > 0 and s.gpu_utilization_percent is None for s in result.system)
+
+
+def test_threshold_is_chosen_on_calibrated_validation_scores(
+    trained: tuple[TrainResult, list[EpochMetrics]], splits: Splits, contract: DataContract
+) -> None:
+    result, _ = trained
+    val = splits[1]
+    # The served probability is the calibrated one, so the cut-off must be chosen on it, on validation.
+    expected = best_f1_threshold(val[contract.label_column].to_numpy(), _scores(result, val, contract))
+    assert result.threshold == expected
 
 
 def test_calibration_lowers_validation_ece(trained: tuple[TrainResult, list[EpochMetrics]]) -> None:
@@ -128,11 +137,16 @@ def test_missing_feature_values_fail_clearly(splits: Splits, contract: DataContr
         train_model(train, splits[1], contract, PARAMS)
 
 
-def test_bf16_autocast_trains_on_cpu(splits: Splits, contract: DataContract) -> None:
+def test_bf16_autocast_trains_on_cpu(
+    trained: tuple[TrainResult, list[EpochMetrics]], splits: Splits, contract: DataContract
+) -> None:
     params = PARAMS.model_copy(update={"precision": "bf16", "max_epochs": 2})
     result = train_model(splits[0], splits[1], contract, params)
     assert result.precision == "bf16"
-    assert all(np.isfinite(m.train_loss) for m in result.history)
+    fp32_loss, bf16_loss = trained[0].history[0].train_loss, result.history[0].train_loss
+    # Same seed and batches: only the lower precision of the forward pass moves the first epoch's loss.
+    assert bf16_loss != fp32_loss
+    assert bf16_loss == pytest.approx(fp32_loss, rel=0.05)
     assert roc_auc_score(splits[1][contract.label_column], _scores(result, splits[1], contract)) > 0.7
 
 

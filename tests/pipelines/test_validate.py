@@ -72,6 +72,58 @@ def _reused_ids(df: pd.DataFrame) -> pd.DataFrame:
 REUSED_IDS = "expect_column_values_to_be_unique(column=transaction_id)"
 DUPLICATE_ROWS = "expect_compound_columns_to_be_unique()"
 
+# The suite contracts/fraud.yaml implies, written out by hand (not by suite_plan): the contract's
+# rules, column by column, in report order.
+_INTS = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+         "Int8Dtype", "Int16Dtype", "Int32Dtype", "Int64Dtype"]
+_FLOATS = [*_INTS, "float32", "float64", "Float32Dtype", "Float64Dtype"]
+_STRINGS = ["str", "StringDtype"]
+_CATEGORY_TOLERANCE = 1.0 - 0.001
+EXPECTED_SUITE: list[tuple[str, dict[str, object]]] = [
+    ("expect_table_row_count_to_be_between", {"min_value": 500}),
+    ("expect_column_to_exist", {"column": "transaction_id"}),
+    ("expect_column_values_to_not_be_null", {"column": "transaction_id"}),
+    ("expect_column_values_to_be_in_type_list", {"column": "transaction_id", "type_list": _STRINGS}),
+    ("expect_column_values_to_be_unique", {"column": "transaction_id"}),
+    ("expect_column_to_exist", {"column": "customer_id"}),
+    ("expect_column_values_to_not_be_null", {"column": "customer_id"}),
+    ("expect_column_values_to_be_in_type_list", {"column": "customer_id", "type_list": _STRINGS}),
+    ("expect_column_to_exist", {"column": "merchant_id"}),
+    ("expect_column_values_to_not_be_null", {"column": "merchant_id"}),
+    ("expect_column_values_to_be_in_type_list", {"column": "merchant_id", "type_list": _STRINGS}),
+    ("expect_column_to_exist", {"column": "event_timestamp"}),
+    ("expect_column_values_to_not_be_null", {"column": "event_timestamp"}),
+    ("expect_column_values_to_be_of_type", {"column": "event_timestamp", "type_": "Timestamp"}),
+    ("expect_column_to_exist", {"column": "amount"}),
+    ("expect_column_values_to_not_be_null", {"column": "amount"}),
+    ("expect_column_values_to_be_in_type_list", {"column": "amount", "type_list": _FLOATS}),
+    ("expect_column_values_to_be_between", {"column": "amount", "min_value": 0.01, "max_value": 50000,
+                                            "mostly": 1.0}),
+    ("expect_column_to_exist", {"column": "merchant_category"}),
+    ("expect_column_values_to_not_be_null", {"column": "merchant_category"}),
+    ("expect_column_values_to_be_in_set", {"column": "merchant_category", "mostly": _CATEGORY_TOLERANCE,
+                                           "value_set": ["grocery", "restaurant", "fuel", "travel", "electronics",
+                                                         "fashion", "entertainment", "gift_cards", "health",
+                                                         "utilities"]}),
+    ("expect_column_to_exist", {"column": "channel"}),
+    ("expect_column_values_to_not_be_null", {"column": "channel"}),
+    ("expect_column_values_to_be_in_set", {"column": "channel", "mostly": _CATEGORY_TOLERANCE,
+                                           "value_set": ["pos", "online", "atm", "contactless"]}),
+    ("expect_column_to_exist", {"column": "country"}),
+    ("expect_column_values_to_not_be_null", {"column": "country"}),
+    ("expect_column_values_to_be_in_set", {"column": "country", "mostly": _CATEGORY_TOLERANCE,
+                                           "value_set": ["US", "GB", "DE", "FR", "ES", "IT", "NL", "CA", "BR", "NG",
+                                                         "RU", "CN", "IN", "MX"]}),
+    ("expect_column_to_exist", {"column": "is_fraud"}),
+    ("expect_column_values_to_not_be_null", {"column": "is_fraud"}),
+    ("expect_column_values_to_be_in_type_list", {"column": "is_fraud", "type_list": _INTS}),
+    ("expect_column_values_to_be_between", {"column": "is_fraud", "min_value": 0, "max_value": 1, "mostly": 1.0}),
+    ("expect_compound_columns_to_be_unique", {"column_list": [
+        "transaction_id", "customer_id", "merchant_id", "event_timestamp", "amount", "merchant_category",
+        "channel", "country", "is_fraud"]}),
+    ("expect_column_mean_to_be_between", {"column": "is_fraud", "min_value": 0.003, "max_value": 0.08}),
+]
+
 
 def test_valid_snapshot_passes_and_writes_report(
     contract: DataContract, clean: pd.DataFrame, tmp_path: Path
@@ -83,7 +135,8 @@ def test_valid_snapshot_passes_and_writes_report(
     assert report.failed == []
     assert report.report_path == str(report_dir / JSON_NAME)
     assert ValidationReport.model_validate_json((report_dir / JSON_NAME).read_text()) == report
-    assert len(report.results) == len(suite_plan(contract))
+    assert [(r.expectation, r.column) for r in report.results] == [
+        (kind, kwargs.get("column")) for kind, kwargs in EXPECTED_SUITE]
     assert "FAIL" not in (report_dir / HTML_NAME).read_text()
 
 
@@ -226,7 +279,7 @@ def test_log_validation_to_mlflow(
     assert logged == [f"validation/{HTML_NAME}", f"validation/{JSON_NAME}"]
     metrics = client.get_run(run_id).data.metrics
     assert metrics["validation_success"] == 1.0
-    assert metrics["validation_expectations"] == len(suite_plan(contract))
+    assert metrics["validation_expectations"] == len(EXPECTED_SUITE)  # 33
     local = Path(client.download_artifacts(run_id, f"validation/{JSON_NAME}", str(tmp_path / "dl")))
     assert json.loads(local.read_text())["success"] is True
 
@@ -245,3 +298,47 @@ def test_true_false_labels_pass_only_by_the_contract_rule(
     with pytest.raises(DataValidationError) as info:
         validate_snapshot(snapshot.path, without_rule, tmp_path / "without-rule")
     assert info.value.failed == ["expect_column_values_to_be_in_type_list(column=is_fraud)"]
+
+
+def test_suite_is_the_contract_written_out(contract: DataContract) -> None:
+    assert suite_plan(contract) == EXPECTED_SUITE
+
+
+def _null_in(column: str) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    def corrupt(df: pd.DataFrame) -> pd.DataFrame:
+        df.loc[df.index[7], column] = None
+        return df
+    return corrupt
+
+
+@pytest.mark.parametrize(
+    "column",
+    ["transaction_id", "event_timestamp", "amount", "merchant_category", "is_fraud"],
+    ids=["string", "datetime", "float", "category", "int-label"],
+)
+def test_one_null_fails_in_every_column_type(
+    contract: DataContract, clean: pd.DataFrame, tmp_path: Path, column: str
+) -> None:
+    with pytest.raises(DataValidationError) as info:
+        validate_snapshot(_snapshot(_null_in(column)(clean.copy()), tmp_path), contract, tmp_path / "r")
+    assert f"expect_column_values_to_not_be_null(column={column})" in info.value.failed
+
+
+def test_label_two_fails_the_label_range(contract: DataContract, clean: pd.DataFrame, tmp_path: Path) -> None:
+    df = clean.copy()
+    df.loc[df.index[11], "is_fraud"] = 2  # one row in 2,000: the mean stays inside the label rate
+    with pytest.raises(DataValidationError) as info:
+        validate_snapshot(_snapshot(df, tmp_path), contract, tmp_path / "r")
+    assert info.value.failed == ["expect_column_values_to_be_between(column=is_fraud)"]
+
+
+def test_nan_fails_in_a_column_without_bounds(contract: DataContract, clean: pd.DataFrame, tmp_path: Path) -> None:
+    unbounded = contract.model_copy(update={"columns": tuple(
+        c.model_copy(update={"min": None, "max": None}) if c.name == "amount" else c for c in contract.columns)})
+    assert all(kind != "expect_column_values_to_be_between" or kwargs["column"] != "amount"
+               for kind, kwargs in suite_plan(unbounded))
+    df = clean.copy()
+    df.loc[df.index[:3], "amount"] = float("nan")
+    with pytest.raises(DataValidationError) as info:
+        validate_snapshot(_snapshot(df, tmp_path), unbounded, tmp_path / "r")
+    assert info.value.failed == ["expect_column_values_to_not_be_null(column=amount)"]

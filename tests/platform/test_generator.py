@@ -221,7 +221,8 @@ def test_categories_and_ranges_come_from_the_contract(contract: DataContract) ->
     assert set(frame["channel"]) == {"pos", "online", "moto"}
     assert frame["amount"].between(1.0, 120.0).all()
     assert frame["amount"].max() == 120.0  # clipped at the contract's range, not the generator's
-    assert frame["is_fraud"].sum() > 0
+    # A narrower contract changes the vocabulary, not the fraud the generator plants (1.5 % by default).
+    assert frame["is_fraud"].mean() == pytest.approx(0.015, abs=0.002)
 
 
 def test_a_contract_without_the_generated_columns_is_refused(contract: DataContract) -> None:

@@ -299,3 +299,24 @@ def test_refused_connection_is_named_not_reported_as_missing(tmp_path: Path, con
     with pytest.raises(IngestError) as info:
         ingest(f"http://127.0.0.1:{port}/tx.csv", tmp_path / "snapshots", contract)
     assert info.value.message == f"cannot read source http://127.0.0.1:{port}/tx.csv: connection refused"
+
+
+def test_files_over_a_mebibyte_differing_only_at_the_end_get_different_snapshots(
+    tmp_path: Path, contract: DataContract
+) -> None:
+    big = generate_transactions(15_000, seed=4)
+    one, two = tmp_path / "one.csv", tmp_path / "two.csv"
+    big.to_csv(one, index=False)
+    last = big.index[-1]
+    big.loc[last, "amount"] = big.loc[last, "amount"] + 1.0  # the last row's amount only
+    big.to_csv(two, index=False)
+    first_bytes, second_bytes = one.read_bytes(), two.read_bytes()
+    shared = next(i for i, (a, b) in enumerate(zip(first_bytes, second_bytes, strict=False)) if a != b)
+    assert shared > 1 << 20  # the first MiB (and more) is identical: a hash of a prefix would collide
+    snapshots = tmp_path / "snapshots"
+    first = ingest(str(one), snapshots, contract)
+    second = ingest(str(two), snapshots, contract)
+    assert first.sha256 == _sha(one)
+    assert second.sha256 == _sha(two)
+    assert first.sha256 != second.sha256
+    assert sorted(p.name for p in snapshots.iterdir()) == sorted([first.sha256, second.sha256])

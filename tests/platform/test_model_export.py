@@ -84,7 +84,6 @@ def test_scaler_floors_std_and_forward_is_sigmoid_of_logits(
     assert float(net.std.min()) == pytest.approx(1e-6)
     x, c = torch.as_tensor(numeric), torch.zeros(5, len(vocabs), dtype=torch.int64)
     assert torch.allclose(net(x, c), torch.sigmoid(net.logits(x, c)))
-    assert torch.isfinite(net(x, c)).all()
 
 
 def test_export_matches_torch_within_tolerance(
@@ -115,7 +114,8 @@ def test_scores_any_batch_size_the_same(onnx_path: Path, frame: pd.DataFrame) ->
     assert full.shape == (37,)
     assert scorer.predict_proba(frame.head(1)).shape == (1,)
     np.testing.assert_allclose(scorer.predict_proba(frame.iloc[[5]]), full[[5]], atol=1e-6)
-    assert ((full >= 0) & (full <= 1)).all()
+    # Each row is scored on its own: reversing the batch only reverses the scores.
+    np.testing.assert_allclose(scorer.predict_proba(frame.head(37).iloc[::-1]), full[::-1], atol=1e-6)
 
 
 def test_unknown_category_scores_as_unknown(
@@ -126,8 +126,8 @@ def test_unknown_category_scores_as_unknown(
     rows["country"] = "ZZ"
     rows["merchant_category"] = "crypto"
     scores = OnnxModel(onnx_path).predict_proba(rows)
-    assert np.isfinite(scores).all()
-    np.testing.assert_allclose(scores, model.predict_proba(*encode(rows, contract, vocabs)), atol=1e-6)
+    expected = model.predict_proba(*encode(rows, contract, vocabs))
+    np.testing.assert_allclose(scores, expected, atol=1e-6, equal_nan=False)
 
 
 def test_metadata_round_trips(onnx_path: Path, contract: DataContract) -> None:

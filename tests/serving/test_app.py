@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from mlops.online_features import OnlineFeatures
 from mlops.prediction_log import log_dir, read_predictions
 from mlops.settings import Settings
 from serving.app import create_app
+from serving.predictor import Gathered, prediction_record
 
 UNKNOWN_CUSTOMER = "C-never-seen"
 
@@ -212,12 +214,51 @@ def test_without_a_promoted_model_the_app_starts_and_answers_503(
     assert list((settings.resolved_home / "serving").iterdir()) == []
 
 
-def test_probability_is_a_finite_number_in_unit_interval(client: TestClient, body: dict[str, Any]) -> None:
-    probabilities = [client.post("/predict", json={**body, "amount": amount}).json()["probability"]
-                     for amount in (0.01, 50.0, 50_000.0)]
+def test_each_amount_is_scored_by_the_model_at_the_contract_bounds(
+    client: TestClient, platform_home: ServedPlatform, body: dict[str, Any]
+) -> None:
+    probabilities = []
+    for n, amount in enumerate((0.01, 50.0, 50_000.0)):  # the contract's bounds and one in between
+        request = {**body, "transaction_id": f"T-amount-{n}", "customer_id": f"C-amount-{n}", "amount": amount}
+        expected, _ = _expected_probability(platform_home, request)
+        response = client.post("/predict", json=request)
+        assert response.status_code == 200, response.text
+        assert response.json()["probability"] == pytest.approx(expected, abs=1e-6)
+        probabilities.append(response.json()["probability"])
+    # The amount reaches the graph: three amounts, three different scores.
+    assert len(set(probabilities)) == 3
 
-    assert np.isfinite(probabilities).all()
-    assert all(0.0 <= p <= 1.0 for p in probabilities)
+
+def test_a_probability_equal_to_the_threshold_is_fraud_in_answer_and_log(
+    client: TestClient, body: dict[str, Any]
+) -> None:
+    # A request cannot land exactly on the threshold, so the served model's decision is checked on
+    # the scores at and just below it, through the service's own predictor and log record.
+    state = client.app.state.service  # type: ignore[attr-defined]
+    loaded, predictor = state.manager.require(), state.predictor
+    threshold = loaded.model.threshold
+    gathered = Gathered(event_id="T-boundary", moment=datetime.now(UTC), keys={}, inputs={}, features={},
+                        unknown_entities=[], unknown_categories=[])
+    below = float(np.nextafter(threshold, 0.0))
+    for probability, decision in ((threshold, "fraud"), (below, "legit")):
+        assert predictor.answer(loaded, gathered, probability, "r1")["decision"] == decision
+        record = prediction_record(loaded, gathered, probability, request_id="r1", latency_s=None)
+        assert record.decision == decision
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_non_finite_amount_is_refused_by_the_finite_number_rule(
+    client: TestClient, body: dict[str, Any], value: str
+) -> None:
+    text = json.dumps(_without(body, "amount"))[:-1] + f', "amount": {value}}}'
+
+    response = client.post("/predict", content=text, headers={"content-type": "application/json"})
+
+    assert response.status_code == 422, response.text
+    [problem] = response.json()["detail"]
+    # The finite rule, not the contract's bounds (a column without bounds relies on it alone).
+    assert (problem["field"], problem["type"], problem["msg"]) == (
+        "amount", "finite_number", "Input should be a finite number")
 
 
 def test_shadow_mode_logs_the_challenger_beside_the_champion(
