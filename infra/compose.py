@@ -81,7 +81,8 @@ def _dockerfile(service: Service, base: Path) -> Path | None:
 
 
 def command_problem(argv: list[str], base: Path) -> str | None:
-    """What is missing for ``mlops SUB...`` or ``python -m MODULE``; None when it exists (or is not ours)."""
+    """What is missing for ``mlops SUB... [--OPTION]`` or ``python -m MODULE``; None when it exists (or is
+    not ours). Also checks the systemd and cron lines of weekly retraining."""
     if argv[:1] == ["mlops"]:
         import typer
 
@@ -91,12 +92,14 @@ def command_problem(argv: list[str], base: Path) -> str | None:
         command: Any = typer.main.get_command(app)
         for word in argv[1:]:
             subcommands = getattr(command, "commands", None)
-            if word.startswith("-") or subcommands is None:
+            if subcommands is None:
                 break
             if word not in subcommands:
                 return f"`{' '.join(argv)}`: the mlops CLI has no command {word!r}"
             command = subcommands[word]
-        return None
+        options = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
+        unknown = [w.split("=")[0] for w in argv[1:] if w.startswith("--") and w.split("=")[0] not in options]
+        return f"`{' '.join(argv)}`: mlops has no option {unknown[0]}" if unknown else None
     if len(argv) >= 3 and argv[0].startswith("python") and argv[1] == "-m":
         module = base.joinpath(*argv[2].split("."))
         if not (module.with_suffix(".py").is_file() or (module / "__main__.py").is_file()):
