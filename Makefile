@@ -29,9 +29,11 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy platform pipelines serving monitoring feature_repo infra tests
 
-# Kubernetes manifests, offline: kustomize build of every overlay, Kubernetes/CRD schemas, policies.
+# Kubernetes manifests, offline: kustomize build of every overlay, Kubernetes/CRD schemas, policies;
+# docker-compose.yml against the Compose schema and the repository.
 validate-infra: setup
 	$(PY) -m infra.validate
+	$(PY) -m infra.compose
 
 # Regenerate infra/base/monitoring/prometheus-rules.yaml from monitoring/prometheus/alerts.yml.
 infra-rules: setup

@@ -1,7 +1,6 @@
 """``make validate-infra``: build every overlay with ``kubectl kustomize``, validate every object
 against the Kubernetes or CRD schemas, apply the platform policies, and check that the generated
-PrometheusRule matches monitoring/prometheus/alerts.yml; then check docker-compose.yml
-(:mod:`infra.compose`). Offline; exit code 1 on any problem.
+PrometheusRule matches monitoring/prometheus/alerts.yml. Offline; exit code 1 on any problem.
 
     python -m infra.validate [--crds DIR] [KUSTOMIZE_DIR ...]   (default: every overlay)
 """
@@ -12,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from infra import compose, policy, rules
+from infra import policy, rules
 from infra.manifests import DEFAULT_CRD_DIR, INFRA_DIR, OVERLAYS, build
 from infra.schemas import SchemaValidator
 from mlops.errors import ManifestError
@@ -41,8 +40,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc.message}", file=sys.stderr)
         return exc.exit_code
     if rules.main(["--check"]) != 0:
-        failed = True
-    if compose.main([]) != 0:
         failed = True
     return 1 if failed else 0
 
