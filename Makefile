@@ -38,9 +38,11 @@ mutation: setup
 	$(PY) -c 'import json; s = json.load(open("mutants/mutmut-cicd-stats.json")); k, u = s["killed"], s["no_tests"]; n = k + s["survived"] + s["timeout"] + s["suspicious"]; print(f"mutation score: {k}/{n} mutants killed ({100 * k / n:.1f} %); {u} in code the selected tests do not run")'
 	$(VENV)/bin/mutmut results | grep -v ": no tests$$" || true
 
-# Kubernetes manifests, offline: kustomize build of every overlay, Kubernetes/CRD schemas, policies.
+# Kubernetes manifests, offline: kustomize build of every overlay, Kubernetes/CRD schemas, policies;
+# docker-compose.yml against the Compose schema and the repository.
 validate-infra: setup
 	$(PY) -m infra.validate
+	$(PY) -m infra.compose
 
 # Regenerate infra/base/monitoring/prometheus-rules.yaml from monitoring/prometheus/alerts.yml.
 infra-rules: setup

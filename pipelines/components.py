@@ -15,17 +15,18 @@ PIPELINE_IMAGE = "ghcr.io/mlops-platform/mlops-python:0.1.0"
 
 
 @dsl.component(base_image=PIPELINE_IMAGE, install_kfp_package=False)
-def ingest(source: str, run_name: str, snapshot: Output[Dataset]) -> NamedTuple(  # type: ignore[valid-type]
+def ingest(source: str, run_name: str, snapshot: Output[Dataset], since: str = "", until: str = "",
+           last_weeks: int = 0) -> NamedTuple(  # type: ignore[valid-type]
     "IngestOutputs", [("run_id", str), ("sha256", str)]
 ):
-    """Snapshot the raw source and open the pipeline's MLflow run."""
+    """Snapshot the raw source, keep the rows of the training window, open the pipeline's MLflow run."""
     from collections import namedtuple
     from pathlib import Path
 
     from pipelines.tasks import configure_logging, ingest_task
 
     configure_logging()
-    run_id, sha256 = ingest_task(source, Path(snapshot.path), run_name)
+    run_id, sha256 = ingest_task(source, Path(snapshot.path), run_name, since, until, last_weeks)
     return namedtuple("IngestOutputs", ["run_id", "sha256"])(run_id, sha256)  # type: ignore[call-arg]
 
 

@@ -80,9 +80,10 @@ def submit(host: str, source: str, *, experiment: str, run_name: str, package: P
         raise ClusterError(f"Kubeflow Pipelines at {host} refused the run: {_reason(exc)}") from exc
 
 
-def schedule(host: str, source: str, *, cron: str, experiment: str, name: str,
+def schedule(host: str, source: str, *, cron: str, experiment: str, name: str, last_weeks: int = 0,
              package: Path = COMPILED_PIPELINE) -> Submitted:
-    """Create a recurring run: the pipeline on ``source`` at every ``cron`` time, one at a time."""
+    """Create a recurring run: the pipeline on ``source`` at every ``cron`` time, one at a time; with
+    ``last_weeks``, each run trains on the weeks before it (the pipeline resolves it at ingest)."""
     expression = kfp_cron(cron)
     client = _client(host)
     try:
@@ -90,7 +91,8 @@ def schedule(host: str, source: str, *, cron: str, experiment: str, name: str,
         recurring = client.create_recurring_run(
             experiment_id=experiment_id, job_name=name, description=f"{PIPELINE_NAME} on {source} at {expression}",
             cron_expression=expression, max_concurrency=1, no_catchup=True,
-            params={"source": source, "run_name": name}, pipeline_package_path=_package(package))
+            params={"source": source, "run_name": name, **({"last_weeks": last_weeks} if last_weeks else {})},
+            pipeline_package_path=_package(package))
     except _ENDPOINT_ERRORS as exc:
         raise ClusterError(f"Kubeflow Pipelines at {host} refused the recurring run: {_reason(exc)}") from exc
     return Submitted(id=recurring.recurring_run_id, experiment_id=experiment_id, name=name)

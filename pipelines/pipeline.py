@@ -17,8 +17,11 @@ COMPILED_PIPELINE = Path(__file__).parent / "training_pipeline.yaml"
 
 @dsl.pipeline(name=PIPELINE_NAME,
               description="Raw transactions to a registered fraud model; promotes only a better one.")
-def training_pipeline(source: str, run_name: str = "") -> None:
-    ingested = components.ingest(source=source, run_name=run_name)
+def training_pipeline(source: str, run_name: str = "", since: str = "", until: str = "", last_weeks: int = 0) -> None:
+    # The training window ("" and 0: all data); last_weeks is resolved when ingest runs, so a
+    # recurring run always trains on the weeks before it.
+    ingested = components.ingest(source=source, run_name=run_name, since=since, until=until,
+                                 last_weeks=last_weeks)
     run_id = ingested.outputs["run_id"]
     validated = components.validate(snapshot=ingested.outputs["snapshot"], run_id=run_id)
     features = components.preprocess(snapshot=ingested.outputs["snapshot"], run_id=run_id)

@@ -117,6 +117,9 @@ def captured_run_output(log_path: Path, *, verbose: bool,
 
 def key_figure(step: str, params: Mapping[str, str], metrics: Mapping[str, float], tags: Mapping[str, str]) -> str:
     """The headline of a finished step, from what it logged to the pipeline's MLflow run ("" if unknown)."""
+    if step == "ingest" and "window_rows" in params:
+        return (f"{int(params['window_rows']):,} rows in window, {int(params['rows_outside_window']):,} outside "
+                f"dropped, sha256 {params.get('dataset_sha256', '')[:8]}…")
     if step == "ingest" and "dataset_rows" in params:
         return f"{int(params['dataset_rows']):,} rows, sha256 {params.get('dataset_sha256', '')[:8]}…"
     if step == "validate" and "validation_expectations" in metrics:

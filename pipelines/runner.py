@@ -84,8 +84,12 @@ def run_log_path(settings: Settings, run_name: str) -> Path:
 
 def run_pipeline(source: str, settings: Settings, *, package: Path = COMPILED_PIPELINE,
                  run_name: str | None = None, verbose: bool = False,
-                 on_step: Callable[[StepReport], None] | None = None) -> PipelineOutcome:
+                 on_step: Callable[[StepReport], None] | None = None,
+                 since: str = "", until: str = "", last_weeks: int = 0) -> PipelineOutcome:
     """Execute ``package`` on ``source``; raises PipelineError naming the failed step.
+
+    ``since``/``until``/``last_weeks`` are the training window (:mod:`mlops.data.training_window`);
+    not given, the run trains on all the data.
 
     Streamed logs go to :func:`run_log_path` (and to stdout too when ``verbose``); ``on_step`` gets
     each finished step with its duration and headline.
@@ -119,7 +123,7 @@ def run_pipeline(source: str, settings: Settings, *, package: Path = COMPILED_PI
                    raise_on_error=True)
         pipeline = components.load_component_from_file(str(package))
         try:
-            pipeline(source=source, run_name=run_name)
+            pipeline(source=source, run_name=run_name, since=since, until=until, last_weeks=last_weeks)
         except RuntimeError as exc:
             raise _failure(settings, run_name, exc) from exc
     return _outcome(settings, run_name)

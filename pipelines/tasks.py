@@ -21,6 +21,7 @@ import pandas as pd
 from mlops import registry
 from mlops.contract import DataContract, load_contract
 from mlops.data.ingest import ingest
+from mlops.data.training_window import apply_window, resolve_window
 from mlops.errors import DataValidationError, PipelineError
 from mlops.inference import OnnxModel
 from mlops.reference_profile import PROFILE_ARTIFACT, build_profile
@@ -56,20 +57,31 @@ def tracked_step(run_id: str, step: str) -> Iterator[None]:
             raise
 
 
-def ingest_task(source: str, snapshot_out: Path, run_name: str = "") -> tuple[str, str]:
-    """Open the MLflow run, snapshot ``source`` and copy it to ``snapshot_out``; returns (run_id, sha256)."""
+def ingest_task(source: str, snapshot_out: Path, run_name: str = "", since: str = "", until: str = "",
+                last_weeks: int = 0) -> tuple[str, str]:
+    """Open the MLflow run, snapshot ``source`` and write its rows inside the training window (all rows
+    when none is given; see :mod:`mlops.data.training_window`) to ``snapshot_out``; returns (run_id, sha256)."""
     settings, contract = _context()
     experiment_id = registry.ensure_experiment(settings)
     run = mlflow.MlflowClient().create_run(experiment_id, run_name=run_name or None,
                                            tags={"pipeline": "fraud-training"})
     run_id = run.info.run_id
     with tracked_step(run_id, "ingest"):
+        window = resolve_window(since, until, last_weeks)
         snapshot = ingest(source, settings.snapshots_dir, contract)
         snapshot_out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(snapshot.path, snapshot_out)
         mlflow.log_params({"source": source, "dataset_sha256": snapshot.sha256, "dataset_rows": snapshot.rows,
                            "contract": contract.name, "git_commit": git_commit(), "seed": settings.seed})
         mlflow.set_tag("dataset_sha256", snapshot.sha256)
+        if window.is_open:
+            shutil.copyfile(snapshot.path, snapshot_out)
+        else:
+            inside, outside = apply_window(pd.read_parquet(snapshot.path), contract.timestamp_column, window)
+            inside.to_parquet(snapshot_out, index=False)
+            mlflow.log_params({"window_since": window.since.isoformat() if window.since else "",
+                               "window_until": window.until.isoformat() if window.until else "",
+                               "window_rows": len(inside), "rows_outside_window": outside})
+            log.info("training window %s: %d rows kept, %d outside dropped", window.describe(), len(inside), outside)
     log.info("ingested %s: %d rows, sha256 %s, MLflow run %s", source, snapshot.rows, snapshot.sha256, run_id)
     return run_id, snapshot.sha256
 

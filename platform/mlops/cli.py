@@ -131,27 +131,47 @@ def run_command(
     run_name: Annotated[str, typer.Option(help="MLflow run name (default: timestamped).")] = "",
     verbose: Annotated[bool, typer.Option(help="Stream every step's logs here instead of only to the log file.")]
     = False,
+    since: Annotated[str, typer.Option(help="Train on rows at or after this time (ISO 8601; default: all).")] = "",
+    until: Annotated[str, typer.Option(help="Train on rows before this time (ISO 8601; default: all).")] = "",
+    last_weeks: Annotated[int, typer.Option(min=0, help="Train on the last N weeks before --until or now "
+                                                      "(0: all data).")] = 0,
 ) -> None:
-    """Run the compiled pipeline locally with kfp.local: one line per step, the steps' logs in a file."""
+    """Run the compiled pipeline locally with kfp.local: one line per step, the steps' logs in a file.
+
+    One run at a time per MLOPS_HOME: a run started while another holds the lock exits 75 at once.
+    """
     import time
 
+    from mlops.data.training_window import resolve_window
     from mlops.preflight import check_source, check_tracking_server
+    from mlops.run_lock import exclusive_pipeline_run
 
     settings = _settings()
     try:  # refused before kfp, pandas and MLflow are even imported
+        resolve_window(since, until, last_weeks)
         check_source(source)
-        check_tracking_server(settings.resolved_tracking_uri)
+        with exclusive_pipeline_run(settings):
+            check_tracking_server(settings.resolved_tracking_uri)
+            _run_locked(source, settings, run_name, verbose, (since, until, last_weeks), time.monotonic())
     except MLOpsError as exc:
         _fail(exc)
+
+
+def _run_locked(source: str, settings: Settings, run_name: str, verbose: bool, window: tuple[str, str, int],
+                started: float) -> None:
+    """The pipeline run of ``mlops pipeline run``, under the run lock."""
+    import time
+
     from pipelines.runner import new_run_name, run_log_path, run_pipeline
 
     name = run_name or new_run_name()
     logs = run_log_path(settings, name)
     console.print(f"pipeline run {name}; step logs in {logs}", highlight=False)
-    started = time.monotonic()
+    since, until, last_weeks = window
     try:
         outcome = run_pipeline(source, settings, run_name=name, verbose=verbose,
-                               on_step=lambda step: console.print(step.line, highlight=False))
+                               on_step=lambda step: console.print(step.line, highlight=False),
+                               since=since, until=until, last_weeks=last_weeks)
     except MLOpsError as exc:
         _fail(exc, see=logs)
     console.print(f"done in {time.monotonic() - started:.0f} s: MLflow run {outcome.run_id}, "
@@ -162,13 +182,14 @@ def run_command(
 
 def _parse_time(value: str | None, option: str) -> datetime:
     """An ISO 8601 time (naive = UTC), or now when not given; a bad value exits 2 naming the option."""
+    from mlops.data.training_window import parse_time
+
     if value is None:
         return datetime.now(UTC)
     try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        _error_exit(f"{option} must be an ISO 8601 time such as 2026-03-01T12:00:00Z, got {value!r}", 2)
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        return parse_time(value, option)
+    except MLOpsError as exc:
+        _fail(exc)
 
 
 @features_app.command("materialize")
@@ -247,14 +268,16 @@ def schedule_command(
     host: Annotated[str | None, typer.Option(help="KFP endpoint (default MLOPS_KFP_HOST).")] = None,
     experiment: Annotated[str | None, typer.Option(help="KFP experiment (default MLOPS_EXPERIMENT).")] = None,
     name: Annotated[str, typer.Option(help="Recurring run name.")] = "weekly-retraining",
+    last_weeks: Annotated[int, typer.Option(min=0, help="Each run trains on the last N weeks before it "
+                                                      "(0: all data).")] = 4,
 ) -> None:
-    """Create a recurring run of the compiled pipeline (default: weekly, Mondays 03:00)."""
+    """Create a recurring run of the compiled pipeline (default: weekly, Mondays 03:00, on the last 4 weeks)."""
     from pipelines.kfp_remote import schedule
 
     settings = _settings()
     try:
         recurring = schedule(_kfp_host(host, settings), source, cron=cron,
-                             experiment=experiment or settings.experiment, name=name)
+                             experiment=experiment or settings.experiment, name=name, last_weeks=last_weeks)
     except MLOpsError as exc:
         _fail(exc)
     console.print(f"scheduled {recurring.name} ({recurring.id}) in experiment {recurring.experiment_id}")

@@ -116,6 +116,12 @@ class PipelineError(MLOpsError):
         self.exit_code = 2 if step in self.BAD_INPUT_STEPS else 1
 
 
+class RunLockedError(MLOpsError):
+    """Another pipeline run on this host holds the run lock; exit code 75 (EX_TEMPFAIL: try later)."""
+
+    exit_code = 75
+
+
 class FeatureStoreError(MLOpsError):
     """The feature store failed or answered something inconsistent; never read as "no features"."""
 

@@ -113,6 +113,16 @@ def test_schedule_sends_a_weekly_recurring_run_of_the_compiled_pipeline(kfp_api:
     assert "exec-train" in _train_platform_settings(run.pipeline_spec)
 
 
+def test_schedule_with_a_window_trains_each_run_on_the_weeks_before_it(kfp_api: tuple[str, Recorded]) -> None:
+    host, recorded = kfp_api
+    schedule(host, "s3://mlops-data/transactions/", cron="0 3 * * 1", experiment="fraud-detection",
+             name="weekly-retraining", last_weeks=4)
+    run = _as_model(_posted(recorded, "/apis/v2beta1/recurringruns"), "V2beta1RecurringRun")
+    assert run.runtime_config.parameters["last_weeks"] == 4
+    inputs = run.pipeline_spec["pipeline_spec"]["root"]["inputDefinitions"]["parameters"]
+    assert {"since", "until", "last_weeks"} <= set(inputs)
+
+
 def test_submit_sends_one_run(kfp_api: tuple[str, Recorded]) -> None:
     host, recorded = kfp_api
     result = submit(host, "s3://mlops-data/transactions/", experiment="fraud-detection", run_name="adhoc")
