@@ -2,7 +2,8 @@
 
 KFP components (pipelines/components.py) are one-line wrappers around these, so each step also
 runs and tests alone, outside KFP. All steps of one pipeline run log into one MLflow run, which
-the ingest task opens; a failing step marks that run FAILED.
+the ingest task opens; a failing step marks that run FAILED. Each task imports its step's libraries
+(Great Expectations, Feast, scikit-learn) itself: a step process loads only what its step uses.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import mlflow
 import pandas as pd
@@ -28,10 +30,9 @@ from mlops.reference_profile import PROFILE_ARTIFACT, build_profile
 from mlops.settings import Settings
 from pipelines.logs import configure_logging as configure_logging  # the components import it from here
 from pipelines.provenance import git_commit
-from pipelines.steps.deploy import deploy_version, promotion_tags
-from pipelines.steps.evaluate import EvaluationReport, QualityGates, evaluate
-from pipelines.steps.preprocess import preprocess
-from pipelines.steps.validate import check_snapshot, log_validation_to_mlflow, raise_for_failures
+
+if TYPE_CHECKING:
+    from pipelines.steps.evaluate import EvaluationReport
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,8 @@ def ingest_task(source: str, snapshot_out: Path, run_name: str = "", since: str 
 
 def validate_task(snapshot: Path, run_id: str, report_dir: Path) -> None:
     """Validate the snapshot; the report is logged either way and a failure stops the pipeline."""
+    from pipelines.steps.validate import check_snapshot, log_validation_to_mlflow, raise_for_failures
+
     _, contract = _context()
     with tracked_step(run_id, "validate"):
         report = check_snapshot(snapshot, contract, report_dir)
@@ -98,6 +101,8 @@ def validate_task(snapshot: Path, run_id: str, report_dir: Path) -> None:
 
 def preprocess_task(snapshot: Path, run_id: str, split_paths: dict[str, Path]) -> None:
     """Features, materialization, time split; the splits land at ``split_paths[name]``."""
+    from pipelines.steps.preprocess import preprocess
+
     settings, contract = _context()
     with tempfile.TemporaryDirectory() as tmp, tracked_step(run_id, "preprocess"):
         summaries = preprocess(snapshot, contract, settings, Path(tmp))
@@ -163,6 +168,9 @@ def evaluation_metrics(report: EvaluationReport) -> dict[str, float]:
 def evaluate_task(train: Path, test: Path, model_dir: Path, model_uri: str, run_id: str,
                   eval_dir: Path) -> tuple[str, str]:
     """Score candidate and production, register the candidate with the decision; returns (decision, version)."""
+    from pipelines.steps.deploy import promotion_tags
+    from pipelines.steps.evaluate import QualityGates, evaluate
+
     settings, contract = _context()
     frame = pd.read_parquet(test)
     candidate = OnnxModel(model_dir / registry.ONNX_FILE)
@@ -175,8 +183,10 @@ def evaluate_task(train: Path, test: Path, model_dir: Path, model_uri: str, run_
             production = OnnxModel(registry.download_version(settings, prod_version, Path(tmp)).onnx_path)
         report = evaluate(frame, contract, candidate, production, prod_version, settings.promotion_margin,
                           eval_dir, train=pd.read_parquet(train), gates=gates)
-        mlflow.log_metrics(evaluation_metrics(report))
+        metrics = evaluation_metrics(report)
+        mlflow.log_metrics(metrics)
         (eval_dir / "report.json").write_text(report.model_dump_json(indent=2))
+        (eval_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))  # DVC's metrics
         # The drift jobs' reference, stored with the run (and so with the version it registers).
         mlflow.log_dict(build_profile(frame, contract, candidate.predict_proba(frame)).model_dump(), PROFILE_ARTIFACT)
         mlflow.log_artifacts(str(eval_dir), "evaluation")
@@ -189,6 +199,8 @@ def evaluate_task(train: Path, test: Path, model_dir: Path, model_uri: str, run_
 
 def deploy_task(run_id: str) -> None:
     """Point the serving alias (and the Production stage) at the version this run registered."""
+    from pipelines.steps.deploy import deploy_version
+
     settings, _ = _context()
     with tracked_step(run_id, "deploy"):
         version = mlflow.get_run(run_id).data.tags.get("registered_version")

@@ -125,6 +125,7 @@ def evaluate(test: pd.DataFrame, contract: DataContract, candidate: OnnxModel,
     _plot_pr_curves(labels, proba, prod_proba, production_version, out_dir / "pr_curve.png")
     _plot_confusion(labels, (proba >= candidate.threshold).astype(int), out_dir / "confusion_matrix.png")
     plot_reliability(calibration, out_dir / "reliability_curve.png", "Served probability, test split")
+    _write_curves(labels, proba, calibration, out_dir)
     return EvaluationReport(candidate=cand_metrics, production=prod_metrics,
                             production_version=production_version, margin=margin,
                             decision=decision, reason=reason, calibration=calibration, slices=slices,
@@ -156,6 +157,13 @@ def _plot_pr_curves(labels: np.ndarray, proba: np.ndarray, prod_proba: np.ndarra
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _write_curves(labels: np.ndarray, proba: np.ndarray, calibration: CalibrationReport, out_dir: Path) -> None:
+    """The candidate's PR curve and reliability bins as data (CSV) beside the pictures: `dvc plots` draws them."""
+    precision, recall, _ = precision_recall_curve(labels, proba)
+    pd.DataFrame({"recall": recall, "precision": precision}).to_csv(out_dir / "pr_curve.csv", index=False)
+    pd.DataFrame([b.model_dump() for b in calibration.bins]).to_csv(out_dir / "reliability.csv", index=False)
 
 
 def _plot_confusion(labels: np.ndarray, predicted: np.ndarray, path: Path) -> None:

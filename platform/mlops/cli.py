@@ -4,17 +4,20 @@ so the core never imports them at import time. Errors print one line and exit no
 
 from __future__ import annotations
 
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from mlops.cli_output import console
+from mlops.cli_output import error_exit as _error_exit
+from mlops.cli_output import fail as _fail
+from mlops.cli_output import load_settings as _settings
 from mlops.errors import MLOpsError
 from mlops.settings import Settings
+from mlops.step_cli import step_app
 
 if TYPE_CHECKING:
     from monitoring.window import WindowSpec
@@ -34,31 +37,7 @@ app.add_typer(pipeline_app, name="pipeline")
 app.add_typer(model_app, name="model")
 app.add_typer(drift_app, name="drift")
 app.add_typer(labels_app, name="labels")
-# Piped output (make, CI logs) would otherwise be cut to 80 columns, squeezing the demo's table.
-console = Console(width=None if sys.stdout.isatty() else 140, soft_wrap=True)
-err_console = Console(stderr=True)
-
-
-def _error_exit(message: str, code: int) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
-
-
-def _fail(exc: MLOpsError, *, see: Path | None = None) -> NoReturn:
-    """One line naming the error; a second naming the file with the details, when there is one."""
-    err_console.print(f"[bold red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
-    if see is not None and see.exists():
-        err_console.print(f"details: {see}", highlight=False, soft_wrap=True)
-    raise typer.Exit(exc.exit_code)
-
-
-def _settings() -> Settings:
-    from pydantic import ValidationError
-
-    try:
-        return Settings()
-    except ValidationError as exc:
-        _error_exit(f"invalid MLOPS_* setting: {exc}", 2)
+app.add_typer(step_app, name="step")
 
 
 @data_app.command("generate")

@@ -3,17 +3,26 @@
 All embedded state lives under ``home`` (default ``.mlops``), so a clean start is deleting one
 folder. Derived locations are properties, not settings, so they always follow ``home`` unless
 a production URI is set explicitly (``MLOPS_TRACKING_URI`` for an MLflow server, for example).
+
+A YAML file of settings (``params.yaml``, which dvc.yaml's stages read) is a source only when
+``MLOPS_PARAMS_FILE`` names it, so no file in the working directory changes settings unasked;
+environment variables still win over it.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
+import yaml
 from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+
+from mlops.errors import ConfigError
 
 BUNDLED_CONTRACT = Path(__file__).parent / "contracts" / "fraud.yaml"
+PARAMS_FILE_VARIABLE = "MLOPS_PARAMS_FILE"
 
 
 class Settings(BaseSettings):
@@ -75,6 +84,15 @@ class Settings(BaseSettings):
     service_url: str | None = Field(default=None, description="Prediction service for admin calls; default host:port.")
     pushgateway_url: str | None = Field(default=None, description="Prometheus Pushgateway for job metrics.")
 
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        params = params_file_source(settings_cls)
+        return (init_settings, env_settings, *params, dotenv_settings, file_secret_settings)
+
     @property
     def resolved_home(self) -> Path:
         return self.home.expanduser().resolve()
@@ -123,3 +141,23 @@ class Settings(BaseSettings):
     @property
     def resolved_service_url(self) -> str:
         return (self.service_url or f"http://{self.host}:{self.port}").rstrip("/")
+
+
+def params_file_source(settings_cls: type[BaseSettings]) -> tuple[PydanticBaseSettingsSource, ...]:
+    """The YAML file ``MLOPS_PARAMS_FILE`` names (keys are setting names), or nothing when it is unset."""
+    name = os.environ.get(PARAMS_FILE_VARIABLE)
+    if not name:
+        return ()
+    path = Path(name)
+    if not path.is_file():
+        raise ConfigError(f"{PARAMS_FILE_VARIABLE}={name}: no such file", field=PARAMS_FILE_VARIABLE)
+    try:
+        values = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{PARAMS_FILE_VARIABLE}={name} is not valid YAML: {exc}".replace("\n", " "),
+                          field=PARAMS_FILE_VARIABLE) from exc
+    if values is not None and not isinstance(values, dict):
+        raise ConfigError(f"{PARAMS_FILE_VARIABLE}={name} must map setting names to values, "
+                          f"not hold a {type(values).__name__}", field=PARAMS_FILE_VARIABLE)
+    # Read like keyword arguments, so a key that names no setting fails validation (extra="forbid").
+    return (InitSettingsSource(settings_cls, init_kwargs=values or {}),)
