@@ -8,7 +8,7 @@ UV_VERSION := 0.13.9
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint serve compile lock clean validate-infra infra-rules mutation
+.PHONY: setup demo test lint serve compile lock clean validate-infra infra-rules mutation repro
 
 setup: $(STAMP)
 
@@ -50,6 +50,10 @@ infra-rules: setup
 
 serve: setup
 	$(VENV)/bin/mlops serve
+
+# dvc.yaml's stages call `mlops`: the venv goes first on PATH. Reruns only what is stale.
+repro: setup
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
 
 compile: setup
 	$(VENV)/bin/mlops pipeline compile
