@@ -8,7 +8,7 @@ UV_VERSION := 0.13.9
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint serve compile lock clean validate-infra infra-rules mutation
+.PHONY: setup demo test lint serve compile lock clean validate-infra infra-rules mutation stack stack-down stack-status
 
 setup: $(STAMP)
 
@@ -50,6 +50,18 @@ infra-rules: setup
 
 serve: setup
 	$(VENV)/bin/mlops serve
+
+# The production-shaped stack on this host (Debian's postgresql, redis-server, prometheus,
+# prometheus-pushgateway): ports from MLOPS_PROFILE=stack unless the environment moves them;
+# state under $$MLOPS_HOME/stack (default .mlops/stack). See README "One host, production-shaped".
+stack: setup
+	MLOPS_PROFILE=$${MLOPS_PROFILE:-stack} $(PY) -m infra.stack up
+
+stack-down: setup
+	MLOPS_PROFILE=$${MLOPS_PROFILE:-stack} $(PY) -m infra.stack down
+
+stack-status: setup
+	MLOPS_PROFILE=$${MLOPS_PROFILE:-stack} $(PY) -m infra.stack status
 
 compile: setup
 	$(VENV)/bin/mlops pipeline compile
