@@ -143,7 +143,7 @@ def _find_run(settings: Settings, run_name: str) -> Run | None:
     return runs[0] if runs else None
 
 
-def _failure(settings: Settings, run_name: str, exc: RuntimeError, failed_step: str | None) -> PipelineError:
+def _failure(settings: Settings, run_name: str, exc: RuntimeError, failed_step: str | None = None) -> PipelineError:
     where = f"pipeline stopped at {failed_step}" if failed_step else "pipeline failed"
     try:
         run = _find_run(settings, run_name)
