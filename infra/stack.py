@@ -297,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             for name, alive in status(settings).items():
                 print(f"{name:<12} {'running' if alive else 'not running'}")
+            if not status(settings):
+                print(f"no processes recorded in {Stack(settings).records_path}")
     except MLOpsError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return exc.exit_code
