@@ -8,7 +8,7 @@ UV_VERSION := 0.13.9
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint serve compile lock clean validate-infra infra-rules mutation repro
+.PHONY: setup demo test lint serve compile lock clean validate-infra infra-rules mutation repro stack stack-down stack-status
 
 setup: $(STAMP)
 
@@ -54,6 +54,18 @@ serve: setup
 # dvc.yaml's stages call `mlops`: the venv goes first on PATH. Reruns only what is stale.
 repro: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
+
+# The production-shaped stack on this host (Debian's postgresql, redis-server, prometheus,
+# prometheus-pushgateway): ports from MLOPS_PROFILE=stack unless the environment moves them;
+# state under $$MLOPS_HOME/stack (default .mlops/stack). See README "One host, production-shaped".
+stack: setup
+	MLOPS_PROFILE=$${MLOPS_PROFILE:-stack} $(PY) -m infra.stack up
+
+stack-down: setup
+	MLOPS_PROFILE=$${MLOPS_PROFILE:-stack} $(PY) -m infra.stack down
+
+stack-status: setup
+	MLOPS_PROFILE=$${MLOPS_PROFILE:-stack} $(PY) -m infra.stack status
 
 compile: setup
 	$(VENV)/bin/mlops pipeline compile

@@ -100,8 +100,11 @@ def run_pipeline(source: str, settings: Settings, *, package: Path = COMPILED_PI
 
     run_name = run_name or new_run_name()
     settings.kfp_root.mkdir(parents=True, exist_ok=True)
+    failed_steps: list[str] = []
 
     def report(step: StepReport) -> None:
+        if not step.succeeded:
+            failed_steps.append(step.step)
         if on_step is None:
             return
         figure = ""
@@ -125,7 +128,7 @@ def run_pipeline(source: str, settings: Settings, *, package: Path = COMPILED_PI
         try:
             pipeline(source=source, run_name=run_name, since=since, until=until, last_weeks=last_weeks)
         except RuntimeError as exc:
-            raise _failure(settings, run_name, exc) from exc
+            raise _failure(settings, run_name, exc, failed_steps[0] if failed_steps else None) from exc
     return _outcome(settings, run_name)
 
 
@@ -140,13 +143,23 @@ def _find_run(settings: Settings, run_name: str) -> Run | None:
     return runs[0] if runs else None
 
 
-def _failure(settings: Settings, run_name: str, exc: RuntimeError) -> PipelineError:
-    run = _find_run(settings, run_name)
+def _failure(settings: Settings, run_name: str, exc: RuntimeError, failed_step: str | None = None) -> PipelineError:
+    where = f"pipeline stopped at {failed_step}" if failed_step else "pipeline failed"
+    try:
+        run = _find_run(settings, run_name)
+    except Exception as lookup:  # the tracking server died mid-run: say so, never a traceback
+        log.warning("cannot read run %s from MLflow after the failure", run_name, exc_info=True)
+        try:
+            check_tracking_server(settings.resolved_tracking_uri)
+        except PipelineError as down:
+            # An outage, not bad input: no step, so exit code 1 whichever step it hit.
+            return PipelineError(f"{where}: {down.message}; nothing was promoted")
+        return PipelineError(f"{where}: MLflow could not say why: {type(lookup).__name__}: {lookup}")
     tags = run.data.tags if run is not None else {}
     if "failed_step" in tags:
         step = tags["failed_step"]
         return PipelineError(f"pipeline stopped at {step}: {tags.get('failure_reason', exc)}", step=step)
-    return PipelineError(f"pipeline failed: {ANSI_ESCAPE.sub('', str(exc))}")
+    return PipelineError(f"{where}: {ANSI_ESCAPE.sub('', str(exc))}")
 
 
 def _outcome(settings: Settings, run_name: str) -> PipelineOutcome:

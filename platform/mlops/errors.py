@@ -152,3 +152,7 @@ class SmallWindowError(DriftWindowError):
 
 class AdminActionError(MLOpsError):
     """The prediction service refused or could not be reached for an admin action (fallback switch)."""
+
+
+class StackError(MLOpsError):
+    """A process of the native stack (`make stack`) could not start, become ready or stop."""

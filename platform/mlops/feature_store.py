@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from string import Template
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
 
 import pandas as pd
 import yaml
@@ -39,15 +40,34 @@ def feature_repo_path() -> Path:
 
 
 def open_store(settings: Settings) -> FeatureStore:
-    """A FeatureStore configured from feature_repo/feature_store.yaml with state under home."""
+    """A FeatureStore configured from feature_repo/feature_store.yaml with state under home.
+
+    ``MLOPS_ONLINE_STORE=redis`` swaps the embedded SQLite online store for Redis at ``MLOPS_REDIS_URL``.
+    """
     from feast import FeatureStore
     from feast.repo_config import RepoConfig
 
     repo = feature_repo_path()
     template = Template((repo / "feature_store.yaml").read_text())
     raw: dict[str, Any] = yaml.safe_load(template.substitute(FEAST_DIR=str(settings.feast_dir)))
+    if settings.online_store == "redis" and settings.redis_url is not None:
+        raw["online_store"] = {"type": "redis",
+                               "connection_string": redis_connection_string(settings.redis_url.get_secret_value())}
     settings.feast_dir.mkdir(parents=True, exist_ok=True)
     return FeatureStore(config=RepoConfig(repo_path=repo, **raw))
+
+
+def redis_connection_string(url: str) -> str:
+    """``redis://[user:password@]host:port/db`` as Feast's ``host:port,db=N[,username=..,password=..,ssl=true]``."""
+    parts = urlsplit(url)
+    options = [f"{parts.hostname}:{parts.port or 6379}", f"db={parts.path.strip('/') or 0}"]
+    if parts.username:
+        options.append(f"username={unquote(parts.username)}")
+    if parts.password:
+        options.append(f"password={unquote(parts.password)}")
+    if parts.scheme == "rediss":
+        options.append("ssl=true")
+    return ",".join(options)
 
 
 def offline_dir(settings: Settings) -> Path:

@@ -143,7 +143,9 @@ class OnlineFeatures:
         histories = []
         for _, values in answers:
             stored = values.get(EVENTS_FIELD) if values else None
-            histories.append(decode_history(view, stored.string_val if stored is not None else None))
+            # SQLite answers None for an unknown entity; Redis an empty Value (no field of the oneof set).
+            text = stored.string_val if stored is not None and stored.WhichOneof("val") == "string_val" else None
+            histories.append(decode_history(view, text))
         return histories
 
     def materialize(self, end: datetime, offline: Mapping[str, pd.DataFrame]) -> dict[str, int]:

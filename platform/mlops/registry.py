@@ -8,6 +8,7 @@ and leave an audit record (who, when, from which version, why) as a tag on the r
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -54,10 +55,12 @@ class ServedModel:
 
 
 def client(settings: Settings) -> MlflowClient:
-    """A client bound to the settings' stores (sets the process-wide URIs for fluent calls too)."""
+    """A client bound to the settings' stores (sets the process-wide URIs and retries for fluent calls too)."""
     import mlflow
 
     settings.resolved_home.mkdir(parents=True, exist_ok=True)
+    if settings.tracking_http_retries is not None:  # MLflow reads it on every call; there is no API for it
+        os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(settings.tracking_http_retries)
     mlflow.set_tracking_uri(settings.resolved_tracking_uri)
     mlflow.set_registry_uri(settings.registry_uri or settings.resolved_tracking_uri)
     return mlflow.MlflowClient()

@@ -5,29 +5,43 @@ folder. Derived locations are properties, not settings, so they always follow ``
 a production URI is set explicitly (``MLOPS_TRACKING_URI`` for an MLflow server, for example).
 
 A YAML file of settings (``params.yaml``, which dvc.yaml's stages read) is a source only when
-``MLOPS_PARAMS_FILE`` names it, so no file in the working directory changes settings unasked;
-environment variables still win over it.
+``MLOPS_PARAMS_FILE`` names it, so no file in the working directory changes settings unasked.
+``MLOPS_PROFILE=NAME`` adds the values of ``profiles/NAME.env`` (``MLOPS_*`` lines).
+Precedence: environment, then the params file, then the profile, then the defaults.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    DotEnvSettingsSource,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from mlops.errors import ConfigError
 
 BUNDLED_CONTRACT = Path(__file__).parent / "contracts" / "fraud.yaml"
 PARAMS_FILE_VARIABLE = "MLOPS_PARAMS_FILE"
+PROFILES_DIR = Path(__file__).parent / "profiles"
+
+
+def profile_path(name: str) -> Path:
+    return PROFILES_DIR / f"{name}.env"
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MLOPS_", extra="forbid")
 
+    profile: str | None = Field(default=None, description="Settings profile: profiles/<name>.env under the env.")
     home: Path = Field(default=Path(".mlops"), description="Root of all embedded state.")
     tracking_uri: str | None = Field(
         default=None, description="MLflow tracking URI; default is SQLite under home."
@@ -83,6 +97,42 @@ class Settings(BaseSettings):
     drift_retrain: bool = Field(default=True, description="Start a retraining run on a CRITICAL verdict.")
     service_url: str | None = Field(default=None, description="Prediction service for admin calls; default host:port.")
     pushgateway_url: str | None = Field(default=None, description="Prometheus Pushgateway for job metrics.")
+    # Production-shaped stores (the `stack` profile, docker-compose, Kubernetes).
+    online_store: Literal["sqlite", "redis"] = Field(
+        default="sqlite", description="Feast's online store: embedded SQLite under home, or Redis at redis_url.")
+    redis_url: SecretStr | None = Field(default=None, description="redis://[:password@]host:port/db")
+    tracking_http_retries: int | None = Field(
+        default=None, ge=0, le=10, description="Retries of each MLflow HTTP call (MLflow's default, 7 with "
+        "backoff, takes about 4 minutes to report a dead tracking server).")
+    # `make stack` only: the ports of the processes no platform code talks to directly.
+    stack_postgres_port: int = Field(default=5432, ge=1, le=65535, description="MLflow's PostgreSQL.")
+    stack_prometheus_port: int = Field(default=9090, ge=1, le=65535)
+    stack_scrape_interval_s: float = Field(default=15.0, gt=0, le=300, description="Prometheus scrape interval.")
+
+    @field_validator("profile")
+    @classmethod
+    def _known_profile(cls, name: str | None) -> str | None:
+        if name is not None and not profile_path(name).is_file():
+            known = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.env")))
+            raise ValueError(f"unknown profile {name!r}; known: {known}")
+        return name
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, url: SecretStr | None) -> SecretStr | None:
+        if url is not None:
+            parts = urlsplit(url.get_secret_value())
+            if parts.scheme not in ("redis", "rediss") or not parts.hostname:
+                raise ValueError("must look like redis://[:password@]host:port/db")
+            if "," in (parts.password or ""):
+                raise ValueError("a password with a comma cannot reach Feast's connection string")
+        return url
+
+    @model_validator(mode="after")
+    def _redis_needs_url(self) -> Self:
+        if self.online_store == "redis" and self.redis_url is None:
+            raise ValueError("MLOPS_ONLINE_STORE=redis needs MLOPS_REDIS_URL")
+        return self
 
     @classmethod
     def settings_customise_sources(
@@ -91,7 +141,12 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         params = params_file_source(settings_cls)
-        return (init_settings, env_settings, *params, dotenv_settings, file_secret_settings)
+        name = os.environ.get("MLOPS_PROFILE")
+        # An unknown profile name is reported by the field validator.
+        profile: tuple[PydanticBaseSettingsSource, ...] = ()
+        if name and profile_path(name).is_file():
+            profile = (DotEnvSettingsSource(settings_cls, env_file=profile_path(name), env_prefix="MLOPS_"),)
+        return (init_settings, env_settings, *params, *profile, dotenv_settings, file_secret_settings)
 
     @property
     def resolved_home(self) -> Path:

@@ -1,0 +1,312 @@
+"""The production-shaped stack on one host, without Docker (`make stack` / `make stack-down`).
+
+PostgreSQL (Debian's) as MLflow's backend store, the MLflow tracking server on it (artifacts
+served from a local folder), redis-server as Feast's online store, the Pushgateway, the prediction
+service and Prometheus scraping both: all on 127.0.0.1, all state under ``$MLOPS_HOME/stack``.
+Ports come from the settings (the ``stack`` profile's fixed ones, or the environment), so the
+platform's own clients and the stack always agree. The ids of the started processes are recorded
+in ``stack/processes.json``; ``down`` stops exactly those.
+
+    python -m infra.stack up | down | status
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+
+from infra import stack_processes as procs
+from infra.stack_config import prometheus_config, server_binary
+from mlops.errors import MLOpsError, StackError
+from mlops.settings import Settings
+
+ORDER = ("postgres", "mlflow", "redis", "pushgateway", "serving", "prometheus")
+READY_TIMEOUT_S = {"postgres": 60.0, "mlflow": 120.0, "redis": 30.0, "pushgateway": 30.0, "serving": 120.0,
+                   "prometheus": 60.0}
+PG_SUPERUSER = "postgres"  # the OS account Debian's packages create; postgres refuses to run as root
+DATABASE = "mlflow"
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Where everything of one stack lives and listens, derived from the settings."""
+
+    settings: Settings
+
+    @property
+    def root(self) -> Path:
+        return self.settings.resolved_home / "stack"
+
+    @property
+    def records_path(self) -> Path:
+        return self.root / "processes.json"
+
+    def log(self, name: str) -> Path:
+        return self.root / "logs" / f"{name}.log"
+
+    @property
+    def ports(self) -> dict[str, int]:
+        s = self.settings
+        return {"postgres": s.stack_postgres_port, "mlflow": _port(s.resolved_tracking_uri, "MLOPS_TRACKING_URI"),
+                "redis": _port(s.redis_url.get_secret_value() if s.redis_url else "", "MLOPS_REDIS_URL"),
+                "pushgateway": _port(s.pushgateway_url or "", "MLOPS_PUSHGATEWAY_URL"), "serving": s.port,
+                "prometheus": s.stack_prometheus_port}
+
+    @property
+    def prometheus_url(self) -> str:
+        return f"http://127.0.0.1:{self.settings.stack_prometheus_port}"
+
+    def records(self) -> dict[str, procs.ProcessRecord]:
+        return procs.read_records(self.records_path)
+
+
+def _port(url: str, variable: str) -> int:
+    parts = urlsplit(url)
+    if parts.hostname not in ("127.0.0.1", "localhost") or parts.port is None:
+        raise StackError(f"{variable}={url or '(unset)'}: the stack needs a loopback URL with a port "
+                         "(MLOPS_PROFILE=stack sets one)")
+    return parts.port
+
+
+def _running_user_for_postgres() -> str | None:
+    """Postgres refuses root: as root it runs as the `postgres` account, otherwise as the caller."""
+    return PG_SUPERUSER if os.geteuid() == 0 else None
+
+
+def _hand_over(path: Path, user: str | None) -> None:
+    """A folder the postgres account owns, with every parent searchable by it."""
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o700)
+    if user is None:
+        return
+    import pwd
+
+    account = pwd.getpwnam(user)
+    os.chown(path, account.pw_uid, account.pw_gid)
+    for parent in path.parents:
+        mode = parent.stat().st_mode
+        if not mode & 0o001 and parent.stat().st_uid != account.pw_uid:
+            raise StackError(f"the {user} account cannot reach {path}: {parent} is not searchable by others "
+                             f"(chmod o+x {parent}, or set MLOPS_HOME elsewhere)")
+
+
+def _postgres(stack: Stack) -> tuple[procs.ProcessRecord, Callable[[], bool]]:
+    """Initialise on first use, start, wait, and make sure MLflow's role and database exist."""
+    user, port = _running_user_for_postgres(), stack.ports["postgres"]
+    data, sockets = stack.root / "postgres" / "data", stack.root / "postgres" / "run"
+    for folder in (data.parent, sockets):
+        _hand_over(folder, user)
+    if not (data / "PG_VERSION").exists():
+        _hand_over(data, user)
+        init = subprocess.run([server_binary("initdb"), "-D", str(data), "-U", PG_SUPERUSER, "--encoding=UTF8",
+                               "--auth-local=trust", "--auth-host=scram-sha-256"],
+                              capture_output=True, text=True, user=user, check=False)
+        if init.returncode != 0:
+            raise StackError(f"postgres: initdb failed for {data}: {' '.join(init.stderr.split())[-300:]}")
+    # The socket folder is the server account's alone (0700), so "trust" on it admits only that account.
+    record = procs.start("postgres", [server_binary("postgres"), "-D", str(data), "-p", str(port),
+                                      "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={sockets}"],
+                         stack.log("postgres"), user=user, stop_signal=signal.SIGINT)  # SIGINT: fast shutdown
+    try:
+        procs.wait_until(record, lambda: _psql(stack, "SELECT 1", check=False).returncode == 0,
+                         READY_TIMEOUT_S["postgres"])
+        if not _password_file(stack).exists():
+            _create_database(stack)
+    except BaseException:
+        procs.stop(record)
+        raise
+    return record, lambda: True
+
+
+def _create_database(stack: Stack) -> None:
+    """MLflow's role (a fresh password, kept 0600 in the stack folder) and database; safe to repeat."""
+    password = secrets.token_urlsafe(24)
+    _psql(stack, f"""
+        SELECT format('CREATE ROLE {DATABASE} LOGIN PASSWORD %L', '{password}')
+            WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{DATABASE}') \\gexec
+        ALTER ROLE {DATABASE} PASSWORD '{password}';
+        SELECT 'CREATE DATABASE {DATABASE} OWNER {DATABASE}'
+            WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '{DATABASE}') \\gexec
+    """)
+    path = _password_file(stack)
+    path.touch(mode=0o600)
+    path.write_text(password)
+
+
+def _password_file(stack: Stack) -> Path:
+    return stack.root / "postgres" / "mlflow.password"
+
+
+def _psql(stack: Stack, sql: str, *, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """SQL as the superuser over the private socket; the statements go through stdin, not argv."""
+    result = subprocess.run([server_binary("psql"), "-h", str(stack.root / "postgres" / "run"), "-p",
+                             str(stack.ports["postgres"]), "-U", PG_SUPERUSER, "-d", "postgres", "-v",
+                             "ON_ERROR_STOP=1", "-X", "-q", "-f", "-"], input=sql, capture_output=True, text=True,
+                            user=_running_user_for_postgres(), check=False)
+    if check and result.returncode != 0:
+        raise StackError(f"postgres: psql failed: {result.stderr.strip()}")
+    return result
+
+
+def backend_store_uri(stack: Stack) -> str:
+    password = _password_file(stack).read_text().strip()
+    # SQLAlchemy 2.1 reads a bare postgresql:// as psycopg 3; the driver installed is psycopg2.
+    return f"postgresql+psycopg2://{DATABASE}:{password}@127.0.0.1:{stack.ports['postgres']}/{DATABASE}"
+
+
+def _service_env(stack: Stack, **extra: str) -> dict[str, str]:
+    bin_dir = str(Path(sys.executable).parent)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+            "MLOPS_HOME": str(stack.settings.resolved_home), **extra}
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def start_service(stack: Stack, name: str) -> procs.ProcessRecord:
+    """Start one service of the stack and wait until it is ready; returns its record (not yet saved)."""
+    record, ready = _launch(stack, name)
+    procs.wait_until(record, ready, READY_TIMEOUT_S[name])
+    return record
+
+
+def _launch(stack: Stack, name: str) -> tuple[procs.ProcessRecord, Callable[[], bool]]:
+    """Start one service without waiting; returns its record and its readiness check."""
+    port = stack.ports[name]
+    if not procs.port_free(port):
+        raise StackError(f"{name}: port {port} on 127.0.0.1 is in use (another stack, or change its setting)")
+    if name == "postgres":
+        return _postgres(stack)
+    root, url = stack.root, f"http://127.0.0.1:{port}"
+    if name == "mlflow":
+        # The password reaches the server through its environment, never a command line. Server-side
+        # jobs (GenAI features) are not used: no job runner process.
+        env = _service_env(stack, MLFLOW_BACKEND_STORE_URI=backend_store_uri(stack),
+                           MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+        record = procs.start(name, [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1",
+                                    "--port", str(port), "--workers", "1", "--serve-artifacts",
+                                    "--artifacts-destination", str(root / "mlflow" / "artifacts")],
+                             stack.log(name), env=env)
+        check = f"{url}/health"
+    elif name == "redis":
+        (root / "redis").mkdir(parents=True, exist_ok=True)
+        record = procs.start(name, [server_binary("redis-server"), "--bind", "127.0.0.1", "--port", str(port),
+                                    "--dir", str(root / "redis"), "--appendonly", "yes", "--save", "",
+                                    "--daemonize", "no"], stack.log(name))
+        return record, lambda: procs.accepts(port)
+    elif name == "pushgateway":
+        (root / "pushgateway").mkdir(parents=True, exist_ok=True)
+        record = procs.start(name, [server_binary("prometheus-pushgateway"),
+                                    f"--web.listen-address=127.0.0.1:{port}",
+                                    f"--persistence.file={root / 'pushgateway' / 'metrics.data'}"], stack.log(name))
+        check = f"{url}/-/ready"
+    elif name == "serving":
+        record = procs.start(name, [sys.executable, "-m", "mlops.cli", "serve"], stack.log(name),
+                             env=_service_env(stack))
+        check = f"{url}/v2/health/live"  # ready only once a pipeline run has promoted a model
+    else:
+        config = root / "prometheus" / "prometheus.yml"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(prometheus_config(stack.settings, stack.ports))
+        record = procs.start(name, [server_binary("prometheus"), f"--config.file={config}",
+                                    f"--storage.tsdb.path={root / 'prometheus' / 'data'}",
+                                    f"--web.listen-address=127.0.0.1:{port}"], stack.log(name))
+        check = f"{url}/-/ready"
+    return record, lambda: _http_ok(check)
+
+
+def up(settings: Settings, *, echo: bool = False) -> dict[str, procs.ProcessRecord]:
+    """Start every service; on any failure stop what was started and raise.
+
+    Postgres first (MLflow needs it at start); the others start together and are waited for in
+    dependency order. The service starts before MLflow answers: it serves nothing until a model is
+    promoted anyway, and polls its alias.
+    """
+    stack = Stack(settings)
+    running = {n: r for n, r in stack.records().items() if procs.is_running(r)}
+    if running:
+        raise StackError(f"the stack under {stack.root} is already running ({', '.join(running)}); "
+                         "stop it first (make stack-down)")
+    started = time.monotonic()
+    records: dict[str, procs.ProcessRecord] = {}
+    try:
+        launched = [_launch(stack, "postgres")]
+        records["postgres"] = launched[0][0]
+        procs.wait_until(*launched[0], READY_TIMEOUT_S["postgres"])
+        for name in ORDER[1:]:
+            launched.append(_launch(stack, name))
+            records[name] = launched[-1][0]
+            procs.write_records(stack.records_path, records)
+        for record, ready in launched:
+            procs.wait_until(record, ready, READY_TIMEOUT_S[record.name])
+            if echo:
+                print(f"{record.name:<12} pid {record.pid:<8} 127.0.0.1:{stack.ports[record.name]:<6} ready after "
+                      f"{time.monotonic() - started:5.1f} s  log {record.log}", flush=True)
+    except BaseException:
+        procs.write_records(stack.records_path, records)
+        down(settings)
+        raise
+    return records
+
+
+def down(settings: Settings, *, echo: bool = False) -> list[str]:
+    """Stop the recorded processes, last started first; returns the names of those that were running."""
+    stack = Stack(settings)
+    records = stack.records()
+    stopped = [name for name in reversed(ORDER) if name in records and procs.stop(records[name])]
+    if echo:
+        for name in stopped:
+            print(f"stopped {name} (pid {records[name].pid})")
+        print(f"state kept in {stack.root}; `rm -rf {stack.root}` wipes it")
+    stack.records_path.unlink(missing_ok=True)
+    return stopped
+
+
+def status(settings: Settings) -> dict[str, bool]:
+    return {name: procs.is_running(record) for name, record in Stack(settings).records().items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infra.stack", description=__doc__.split("\n\n")[0])
+    parser.add_argument("action", choices=("up", "down", "status"))
+    action = parser.parse_args(argv).action
+    try:
+        settings = Settings()
+        if action == "up":
+            started = time.monotonic()
+            up(settings, echo=True)
+            print(f"stack up in {time.monotonic() - started:.1f} s; processes recorded in "
+                  f"{Stack(settings).records_path}; Prometheus at {Stack(settings).prometheus_url}")
+        elif action == "down":
+            down(settings, echo=True)
+        else:
+            for name, alive in status(settings).items():
+                print(f"{name:<12} {'running' if alive else 'not running'}")
+            if not status(settings):
+                print(f"no processes recorded in {Stack(settings).records_path}")
+    except MLOpsError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    except ValueError as exc:  # pydantic's ValidationError: a bad MLOPS_* value
+        print(f"error: invalid MLOPS_* setting: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

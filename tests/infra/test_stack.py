@@ -1,0 +1,248 @@
+"""The native production-shaped stack (infra/stack.py), brought up for real on private ports.
+
+One stack for the module: PostgreSQL under MLflow's tracking server, Redis as Feast's online store,
+the Pushgateway, the prediction service and Prometheus (1 s scrapes). The pipeline's steps run
+against it through settings alone (MLOPS_PROFILE=stack plus these ports), the service follows the
+promoted version and answers traffic, and Prometheus' query API sees the service's request counter.
+Then the MLflow server is killed while the compiled pipeline runs (`mlops pipeline run`, kfp.local):
+one clear line, exit 1, nothing promoted (read straight from PostgreSQL). The stack is torn down
+however the tests end, and no recorded process may survive it.
+
+The first run calls the pipeline's tasks (what each KFP component calls) in this process, in the
+pipeline's order: kfp.local starts a fresh interpreter per step, which on two shared cores costs
+minutes, and tests/e2e/test_pipeline_e2e.py already runs that path; the stores are what is new here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
+
+import httpx
+import pandas as pd
+import pytest
+import redis
+from prometheus_stack import free_port, until
+
+from infra import stack as native_stack
+from infra import stack_processes as procs
+from infra.stack_config import server_binary
+from mlops import registry
+from mlops.contract import DataContract, load_contract
+from mlops.data.generator import generate_transactions
+from mlops.errors import RegistryError, StackError
+from mlops.online_features import materialize_online
+from mlops.settings import Settings
+from pipelines.demo import replay_start, request_body
+from pipelines.steps.preprocess import time_split
+from pipelines.tasks import (
+    deploy_task,
+    evaluate_task,
+    export_task,
+    ingest_task,
+    preprocess_task,
+    train_task,
+    validate_task,
+)
+
+
+def _missing_binaries() -> list[str]:
+    missing = []
+    for name in ("initdb", "postgres", "psql", "redis-server", "prometheus", "prometheus-pushgateway"):
+        try:
+            server_binary(name)
+        except StackError:
+            missing.append(name)
+    return missing
+
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500),
+              pytest.mark.skipif(bool(_missing_binaries()), reason=f"needs {', '.join(_missing_binaries())} "
+                                 "(apt-get install -y postgresql redis-server prometheus prometheus-pushgateway)")]
+ROWS = 3000
+REQUESTS = 40
+
+
+@dataclass
+class RunningStack:
+    settings: Settings
+    contract: DataContract
+    data: pd.DataFrame
+    source: Path
+    promoted: str | None = None
+
+    @property
+    def stack(self) -> native_stack.Stack:
+        return native_stack.Stack(self.settings)
+
+    def query(self, expr: str) -> list[dict[str, object]]:
+        body = httpx.get(f"{self.stack.prometheus_url}/api/v1/query", params={"query": expr}, timeout=10).json()
+        assert body["status"] == "success", body
+        result: list[dict[str, object]] = body["data"]["result"]
+        return result
+
+
+@pytest.fixture(scope="module")
+def running() -> Iterator[RunningStack]:
+    # Not pytest's tmp_path: its parent is root-only (0700), and postgres runs as its own account.
+    work = Path(tempfile.mkdtemp(prefix="mlops-stack-"))
+    work.chmod(0o711)
+    ports = {name: free_port() for name in ("mlflow", "redis", "pushgateway", "serving", "postgres", "prometheus")}
+    env = {"MLOPS_PROFILE": "stack", "MLOPS_HOME": str(work / "home"), "MLOPS_MAX_EPOCHS": "2",
+           "MLOPS_TRACKING_URI": f"http://127.0.0.1:{ports['mlflow']}",
+           "MLOPS_REDIS_URL": f"redis://127.0.0.1:{ports['redis']}/0",
+           "MLOPS_PUSHGATEWAY_URL": f"http://127.0.0.1:{ports['pushgateway']}",
+           "MLOPS_PORT": str(ports["serving"]), "MLOPS_STACK_POSTGRES_PORT": str(ports["postgres"]),
+           "MLOPS_STACK_PROMETHEUS_PORT": str(ports["prometheus"]), "MLOPS_STACK_SCRAPE_INTERVAL_S": "1",
+           "MLOPS_MODEL_POLL_INTERVAL_S": "1"}
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in env.items():
+            patch.setenv(key, value)
+        settings = Settings()
+        records: dict[str, procs.ProcessRecord] = {}
+        try:
+            started = time.monotonic()
+            records = native_stack.up(settings)
+            print(f"stack up in {time.monotonic() - started:.1f} s")
+            data = generate_transactions(ROWS, seed=11)
+            source = work / "transactions.parquet"
+            data.to_parquet(source, index=False)
+            yield RunningStack(settings, load_contract(settings.contract_path), data, source)
+        finally:
+            native_stack.down(settings)
+            survivors = [f"{r.name} (pid {r.pid})" for r in records.values() if procs.is_running(r)]
+            shutil.rmtree(work, ignore_errors=True)
+            assert not survivors, f"still running after stack down: {survivors}"
+
+
+def test_stack_is_configured_by_the_profile(running: RunningStack) -> None:
+    settings = running.settings
+    assert settings.online_store == "redis"
+    assert settings.tracking_http_retries == 2  # from profiles/stack.env, under the environment's ports
+    assert settings.resolved_tracking_uri == os.environ["MLOPS_TRACKING_URI"]
+    backend = native_stack.backend_store_uri(running.stack)
+    assert backend.startswith("postgresql+psycopg2://mlflow:")
+    assert set(native_stack.status(settings).values()) == {True}
+    config = (running.stack.root / "prometheus" / "prometheus.yml").read_text()
+    assert f"127.0.0.1:{settings.port}" in config
+    assert "dcgm" not in config
+    with pytest.raises(StackError, match="already running"):
+        native_stack.up(settings)
+
+
+def _pipeline_in_process(source: Path, work: Path) -> tuple[str, str]:
+    """The pipeline's steps in its order (pipelines/pipeline.py); returns (decision, version)."""
+    snapshot, splits = work / "snapshot.parquet", {name: work / f"{name}.parquet" for name in
+                                                   ("train", "validation", "test")}
+    run_id, _ = ingest_task(str(source), snapshot, "on-stack")
+    validate_task(snapshot, run_id, work / "validation")
+    preprocess_task(snapshot, run_id, splits)
+    train_task(splits["train"], splits["validation"], splits["test"], run_id, work / "model")
+    model_uri = export_task(work / "model", splits["test"], run_id, work / "onnx")
+    decision, version = evaluate_task(splits["train"], splits["test"], work / "onnx", model_uri, run_id,
+                                      work / "evaluation")
+    if decision == "promote":
+        deploy_task(run_id)
+    return decision, version
+
+
+def _keys(client: redis.Redis) -> int:
+    return cast(int, client.dbsize())
+
+
+def test_pipeline_on_the_stack_promotes_and_the_service_serves_it(running: RunningStack, tmp_path: Path) -> None:
+    settings, contract = running.settings, running.contract
+    started = time.monotonic()
+    decision, version = _pipeline_in_process(running.source, tmp_path)
+    print(f"pipeline steps on the stack: {time.monotonic() - started:.1f} s")
+    assert decision == "promote"
+    assert registry.alias_version(settings) == version
+    running.promoted = version
+    # The registry lives in PostgreSQL, the artifacts behind the server: nothing of MLflow under home.
+    assert not (settings.resolved_home / "mlflow.db").exists()
+    assert any((running.stack.root / "mlflow" / "artifacts").rglob("model.onnx"))
+
+    written = materialize_online(settings, contract, replay_start(running.data, contract))
+    assert sum(written.values()) > 0
+    online = redis.Redis.from_url(settings.redis_url.get_secret_value() if settings.redis_url else "")
+    assert _keys(online) > 0
+    assert not (settings.feast_dir / "online.db").exists()
+
+    base = f"http://127.0.0.1:{settings.port}"
+    until(lambda: httpx.get(f"{base}/healthz", timeout=5).status_code == 200, "the service to load the model", 120)
+    test = time_split(running.data, contract)["test"].head(REQUESTS)
+    with httpx.Client(base_url=base, timeout=30) as http:
+        for _, row in test.iterrows():
+            answer = http.post("/predict", json=request_body(row, contract))
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["model_version"] == version
+        keys_before = _keys(online)
+        new_card = {**request_body(test.iloc[-1], contract), contract.id_column: "T-stack-new-card",
+                    contract.entity("customer").join_key: "C-stack-never-seen"}
+        answer = http.post("/predict", json=new_card)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["unknown_entities"] == ["customer"]
+    assert _keys(online) > keys_before  # the service's write-through of the new card went to Redis
+
+    expr = 'sum(mlops_requests_total{job="prediction-service",route="/predict",status="200"})'
+
+    def scraped_all() -> bool:
+        result = running.query(expr)
+        return bool(result) and float(result[0]["value"][1]) >= REQUESTS + 1  # type: ignore[index]
+
+    until(scraped_all, f"Prometheus to scrape {REQUESTS + 1} predictions", 30)
+    assert running.query('up{job="pushgateway"} == 1')
+
+
+def _registry_in_postgres(running: RunningStack) -> tuple[list[str], list[str]]:
+    """(versions holding the serving alias, all versions) of the model, read from MLflow's tables."""
+    import psycopg2
+
+    uri = native_stack.backend_store_uri(running.stack).replace("postgresql+psycopg2://", "postgresql://")
+    name = running.settings.model_name
+    with psycopg2.connect(uri) as connection, connection.cursor() as cursor:
+        cursor.execute("SELECT version FROM registered_model_aliases WHERE name = %s AND alias = %s",
+                       (name, running.settings.serving_alias))
+        holding = [str(row[0]) for row in cursor.fetchall()]
+        cursor.execute("SELECT version FROM model_versions WHERE name = %s ORDER BY version", (name,))
+        versions = [str(row[0]) for row in cursor.fetchall()]
+    connection.close()
+    return holding, versions
+
+
+def test_killing_mlflow_mid_run_fails_clearly_and_promotes_nothing(running: RunningStack) -> None:
+    settings = running.settings
+    if running.promoted is None:
+        pytest.skip("needs the promoted model of the previous test")
+    before = _registry_in_postgres(running)
+    assert before[0] == [running.promoted]
+    command = subprocess.Popen([sys.executable, "-m", "mlops.cli", "pipeline", "run", str(running.source)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed_after = ""
+    assert command.stdout is not None
+    for line in command.stdout:
+        if line.startswith("ingest"):
+            killed_after = line.strip()
+            assert procs.stop(running.stack.records()["mlflow"], sig=signal.SIGKILL)
+            break
+    stdout, stderr = command.communicate(timeout=600)
+    assert killed_after, f"no ingest line; stdout: {stdout}; stderr: {stderr}"
+    assert command.returncode == 1, stderr
+    first_line = stderr.strip().splitlines()[0]
+    assert first_line == (f"error: pipeline stopped at validate: cannot reach the MLflow tracking server at "
+                          f"{settings.resolved_tracking_uri}: connection refused; nothing was promoted"), stderr
+    assert "Traceback" not in stdout + stderr
+    # Fail closed over a real server: an outage is an error, never "no production model".
+    with pytest.raises(RegistryError, match=r"unreachable|failed"):
+        registry.alias_version(settings)
+    assert _registry_in_postgres(running) == before
+    print(f"killed MLflow after `{killed_after}`; the run said: {first_line}")
