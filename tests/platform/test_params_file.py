@@ -71,3 +71,20 @@ def test_the_cli_refuses_a_bad_params_file_in_one_line(params_file: Path, monkey
     assert result.exit_code == 2
     assert expected in result.output
     assert "Traceback" not in result.output
+
+
+def test_precedence_is_environment_then_params_file_then_profile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both sources at once (a DVC stage against `make stack`): the profile sets MLOPS_PORT=8000."""
+    monkeypatch.delenv("MLOPS_PORT", raising=False)
+    monkeypatch.delenv("MLOPS_PUSHGATEWAY_URL", raising=False)
+    monkeypatch.delenv("MLOPS_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text("port: 8123\n")
+    monkeypatch.setenv("MLOPS_PROFILE", "stack")
+    monkeypatch.setenv(PARAMS_FILE_VARIABLE, "params.yaml")
+    settings = Settings()
+    assert settings.port == 8123  # params file over profile
+    assert settings.pushgateway_url == "http://127.0.0.1:9091"  # profile over default
+    monkeypatch.setenv("MLOPS_PORT", "8456")
+    assert Settings().port == 8456  # environment over both
