@@ -40,6 +40,7 @@ class TrainReport:
     metrics: dict[str, float]
     onnx_sha256: str
     onnx_path: Path
+    model_uri: str  # the logged ONNX model, ready to register
 
 
 def new_run(settings: Settings, tags: dict[str, str]) -> str:
@@ -75,8 +76,9 @@ def train_and_export(paths: dict[str, Path], out_dir: Path, checkpoint_dir: str,
                     "test_brier_uncalibrated": uncalibrated.brier, "test_ece_uncalibrated": uncalibrated.ece})
     with mlflow.start_run(run_id=run_id):
         mlflow.log_metrics(metrics)
-        log_model_to_mlflow(run_id, export)
-    return TrainReport(run_id=run_id, metrics=metrics, onnx_sha256=export.sha256, onnx_path=export.onnx_path)
+        model_uri = log_model_to_mlflow(run_id, export)
+    return TrainReport(run_id=run_id, metrics=metrics, onnx_sha256=export.sha256, onnx_path=export.onnx_path,
+                       model_uri=model_uri)
 
 
 def recorded_inputs(run_id: str, into: Path) -> tuple[Run, TrainParams, dict[str, Path]]:

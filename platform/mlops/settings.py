@@ -74,6 +74,11 @@ class Settings(BaseSettings):
     drift_retrain: bool = Field(default=True, description="Start a retraining run on a CRITICAL verdict.")
     service_url: str | None = Field(default=None, description="Prediction service for admin calls; default host:port.")
     pushgateway_url: str | None = Field(default=None, description="Prometheus Pushgateway for job metrics.")
+    # CI/CD gates (python -m infra.gates): what a candidate model and the service must reach.
+    gate_min_f1: float = Field(
+        default=0.5, ge=0.0, le=1.0, description="The performance gate's floor for the candidate's test F1.")
+    gate_max_p99_ratio: float = Field(
+        default=1.2, gt=1.0, description="The latency gate fails when /predict's p99 exceeds baseline x this.")
 
     @property
     def resolved_home(self) -> Path:
