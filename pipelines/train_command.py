@@ -95,12 +95,19 @@ def recorded_inputs(run_id: str, into: Path) -> tuple[Run, TrainParams, dict[str
         raise InputError(f"run {run_id} did not record its training settings (not a training run?)") from exc
     local = Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=TRAINING_DATA_ARTIFACTS,
                                                      dst_path=str(into)))
-    paths = {name: local / f"{name}.parquet" for name in ("train", "validation", "test")}
+    paths = {name: logged_split(local, name) for name in ("train", "validation", "test")}
     for name, path in paths.items():
         expected = logged.get(f"{name}_sha256")
         if not path.is_file() or file_sha256(path) != expected:
             raise TrainingError(f"run {run_id}: logged {name} split is missing or does not match its hash")
     return run, params, paths
+
+
+def logged_split(folder: Path, name: str) -> Path:
+    """A split file as a training run logged it: ``train.parquet`` (``mlops train``), or ``train`` (the
+    pipeline's train step logs its KFP artifact files, which have no extension)."""
+    named = folder / f"{name}.parquet"
+    return named if named.is_file() else folder / name
 
 
 def reproduce(run_id: str, out_dir: Path, settings: Settings) -> tuple[TrainReport, dict[str, tuple[str, str]]]:

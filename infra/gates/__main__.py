@@ -12,6 +12,7 @@ environment as everywhere else.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -117,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     from pydantic import ValidationError
 
     args = parse_args(argv)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per download drowns the lines
     try:
         settings = Settings()
     except ValidationError as exc:

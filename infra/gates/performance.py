@@ -17,7 +17,6 @@ from mlops.errors import NotFoundError, RegistryError
 from mlops.settings import Settings
 
 GATE = "performance"
-TEST_SPLIT = "training_data/test.parquet"  # what every training run logs (pipelines.train_tracking)
 
 
 def performance_gate(settings: Settings, candidate: str | None = None) -> GateOutcome:
@@ -63,14 +62,23 @@ def performance_gate(settings: Settings, candidate: str | None = None) -> GateOu
 
 
 def _test_split(run_id: str, version: str, into: Path) -> Path:
+    """The candidate run's logged test split (``training_data/test.parquet``, or ``test`` from a pipeline run)."""
     import mlflow
     from mlflow.exceptions import MlflowException
 
+    from pipelines.train_command import logged_split
+    from pipelines.train_tracking import TRAINING_DATA_ARTIFACTS
+
     try:
-        return Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=TEST_SPLIT, dst_path=str(into)))
+        folder = Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=TRAINING_DATA_ARTIFACTS,
+                                                          dst_path=str(into)))
     except MlflowException as exc:
-        if getattr(exc, "error_code", "") == "RESOURCE_DOES_NOT_EXIST":
-            raise NotFoundError(f"version {version}'s run {run_id} logged no {TEST_SPLIT}") from exc
-        raise RegistryError(f"tracking store failed reading run {run_id}'s test split: {exc.message}") from exc
-    except OSError as exc:  # a local artifact store answers a missing file with the filesystem's error
-        raise NotFoundError(f"version {version}'s run {run_id} logged no {TEST_SPLIT}: {exc}") from exc
+        if getattr(exc, "error_code", "") != "RESOURCE_DOES_NOT_EXIST":
+            raise RegistryError(f"tracking store failed reading run {run_id}'s test split: {exc.message}") from exc
+        folder = into / "missing"
+    except OSError:  # a local artifact store answers a missing folder with the filesystem's error
+        folder = into / "missing"
+    path = logged_split(folder, "test")
+    if not path.is_file():
+        raise NotFoundError(f"version {version}'s run {run_id} logged no test split under {TRAINING_DATA_ARTIFACTS}/")
+    return path
