@@ -8,7 +8,7 @@ UV_VERSION := 0.13.9
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint serve compile lock clean validate-infra infra-rules mutation repro stack stack-down stack-status
+.PHONY: setup demo test lint serve compile lock clean validate-infra infra-rules mutation repro stack stack-down stack-status gates gates-baseline
 
 setup: $(STAMP)
 
@@ -43,6 +43,18 @@ mutation: setup
 validate-infra: setup
 	$(PY) -m infra.validate
 	$(PY) -m infra.compose
+
+# CI/CD gates (README "CI/CD gates"): each prints one line, PASS/FAIL/SKIP and why; exit 1 if any failed.
+# `make gates GATES="data repro performance latency image"` runs a selection (without the 12-minute suite);
+# GATES_OPTIONS passes options, e.g. GATES_OPTIONS="--without-docker skip".
+GATES ?= lint tests data repro performance latency image
+GATES_OPTIONS ?=
+gates: setup
+	$(PY) -m infra.gates $(GATES) $(GATES_OPTIONS)
+
+# Measure /predict on this machine and write benchmarks/latency_baseline.json (commit it): the baseline is machine-specific.
+gates-baseline: setup
+	$(PY) -m infra.gates --refresh-baseline $(GATES_OPTIONS)
 
 # Regenerate infra/base/monitoring/prometheus-rules.yaml from monitoring/prometheus/alerts.yml.
 infra-rules: setup

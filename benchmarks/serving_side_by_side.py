@@ -50,6 +50,23 @@ end
 """
 
 
+SERVICE_APP = "serving.main:service_app"
+MOMENT = "2026-03-02T12:00:00+00:00"
+RAW = {"amount": 412.5, "merchant_category": "electronics", "channel": "online", "country": "NG"}
+
+
+def predict_body() -> dict[str, Any]:
+    """The /predict request every run sends (``__ID__`` becomes a fresh transaction id per request)."""
+    return {"transaction_id": "T-__ID__", "customer_id": "C000123", "merchant_id": "M00042",
+            "event_timestamp": MOMENT, **RAW}
+
+
+def service_command(port: int, app: str = SERVICE_APP) -> list[str]:
+    """uvicorn serving the app factory ``app`` on loopback, as every row of this benchmark runs it."""
+    return [str(BIN / "python"), "-m", "uvicorn", "--host", "127.0.0.1", "--no-access-log", "--port", str(port),
+            "--factory", app]
+
+
 def free_port() -> int:
     import socket
 
@@ -171,13 +188,9 @@ def main() -> None:
     contract = load_contract(settings.contract_path)
     work = Path(tempfile.mkdtemp(prefix="bench-"))
     model = OnnxModel(registry.download_version(settings, version, work / "model").onnx_path)
-    moment = "2026-03-02T12:00:00+00:00"
     features = compute_features(contract, {v.view_name: empty_history(v) for v in contract.feature_views},
-                                datetime.fromisoformat(moment))
-    raw = {"amount": 412.5, "merchant_category": "electronics", "channel": "online", "country": "NG"}
-    row = {**raw, **features}
-    predict_body = {"transaction_id": "T-__ID__", "customer_id": "C000123", "merchant_id": "M00042",
-                    "event_timestamp": moment, **raw}
+                                datetime.fromisoformat(MOMENT))
+    row = {**RAW, **features}
     infer_body = {"id": "__ID__", "inputs": [
         {"name": n, "shape": [1, 1], "datatype": "BYTES" if isinstance(row[n], str) else "FP32", "data": [row[n]]}
         for n in model.input_names]}
@@ -185,16 +198,15 @@ def main() -> None:
     env = {"MLOPS_HOME": str(args.home.resolve()), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     results: dict[str, dict[str, float]] = {}
     notes: list[str] = []
-    uvicorn = [str(BIN / "python"), "-m", "uvicorn", "--host", "127.0.0.1", "--no-access-log"]
-
     port = free_port()
-    service, ready_s = start([*uvicorn, "--port", str(port), "--factory", "serving.main:service_app"], env,
+    service, ready_s = start(service_command(port), env,
                              f"http://127.0.0.1:{port}/v2/health/ready", work / "service.log")
     try:
         base = f"http://127.0.0.1:{port}"
-        results["(a) /predict with features"] = load(base + "/predict", predict_body, args.seconds, args.connections)
+        results["(a) /predict with features"] = load(base + "/predict", predict_body(), args.seconds,
+                                                     args.connections)
         half = results["(a) /predict with features"]["rps"] / 2
-        results["(a) /predict at half peak rate"] = load(base + "/predict", predict_body, args.seconds,
+        results["(a) /predict at half peak rate"] = load(base + "/predict", predict_body(), args.seconds,
                                                          args.connections, rate=half)
         results["(b) /v2/models/{name}/infer"] = load(f"{base}/v2/models/{settings.model_name}/infer", infer_body,
                                                       args.seconds, args.connections)
@@ -205,7 +217,7 @@ def main() -> None:
 
     dead = work / "dead-link"
     dead.symlink_to(work / "nowhere")
-    cached, cached_s = start([*uvicorn, "--port", str(port), "--factory", "serving.main:service_app"],
+    cached, cached_s = start(service_command(port),
                              {**env, "MLOPS_TRACKING_URI": f"sqlite:///{dead}/mlflow.db"},
                              f"http://127.0.0.1:{port}/v2/health/ready", work / "cached.log")
     notes.append(f"ready {cached_s:.1f} s after start with the registry unreachable (cached model)")
@@ -222,10 +234,10 @@ def main() -> None:
     finally:
         stop(mlflow_server)
 
-    echo, _ = start([*uvicorn, "--port", str(port), "--factory", "benchmarks.echo_app:create_echo_app"], env,
+    echo, _ = start(service_command(port, "benchmarks.echo_app:create_echo_app"), env,
                     f"http://127.0.0.1:{port}/docs", work / "echo.log")
     try:
-        results["(d) bare FastAPI JSON echo"] = load(f"http://127.0.0.1:{port}/echo", predict_body, args.seconds,
+        results["(d) bare FastAPI JSON echo"] = load(f"http://127.0.0.1:{port}/echo", predict_body(), args.seconds,
                                                      args.connections)
     finally:
         stop(echo)

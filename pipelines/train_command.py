@@ -40,6 +40,7 @@ class TrainReport:
     metrics: dict[str, float]
     onnx_sha256: str
     onnx_path: Path
+    model_uri: str  # the logged ONNX model, ready to register
 
 
 def new_run(settings: Settings, tags: dict[str, str]) -> str:
@@ -75,8 +76,9 @@ def train_and_export(paths: dict[str, Path], out_dir: Path, checkpoint_dir: str,
                     "test_brier_uncalibrated": uncalibrated.brier, "test_ece_uncalibrated": uncalibrated.ece})
     with mlflow.start_run(run_id=run_id):
         mlflow.log_metrics(metrics)
-        log_model_to_mlflow(run_id, export)
-    return TrainReport(run_id=run_id, metrics=metrics, onnx_sha256=export.sha256, onnx_path=export.onnx_path)
+        model_uri = log_model_to_mlflow(run_id, export)
+    return TrainReport(run_id=run_id, metrics=metrics, onnx_sha256=export.sha256, onnx_path=export.onnx_path,
+                       model_uri=model_uri)
 
 
 def recorded_inputs(run_id: str, into: Path) -> tuple[Run, TrainParams, dict[str, Path]]:
@@ -93,12 +95,19 @@ def recorded_inputs(run_id: str, into: Path) -> tuple[Run, TrainParams, dict[str
         raise InputError(f"run {run_id} did not record its training settings (not a training run?)") from exc
     local = Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=TRAINING_DATA_ARTIFACTS,
                                                      dst_path=str(into)))
-    paths = {name: local / f"{name}.parquet" for name in ("train", "validation", "test")}
+    paths = {name: logged_split(local, name) for name in ("train", "validation", "test")}
     for name, path in paths.items():
         expected = logged.get(f"{name}_sha256")
         if not path.is_file() or file_sha256(path) != expected:
             raise TrainingError(f"run {run_id}: logged {name} split is missing or does not match its hash")
     return run, params, paths
+
+
+def logged_split(folder: Path, name: str) -> Path:
+    """A split file as a training run logged it: ``train.parquet`` (``mlops train``), or ``train`` (the
+    pipeline's train step logs its KFP artifact files, which have no extension)."""
+    named = folder / f"{name}.parquet"
+    return named if named.is_file() else folder / name
 
 
 def reproduce(run_id: str, out_dir: Path, settings: Settings) -> tuple[TrainReport, dict[str, tuple[str, str]]]:
