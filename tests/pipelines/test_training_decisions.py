@@ -222,8 +222,8 @@ def test_evaluate_applies_the_margin_from_settings(
 
 
 @pytest.fixture
-def home_with_margin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
-    monkeypatch.setenv("MLOPS_HOME", str(tmp_path / "home"))
+def home_with_margin(mlflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
+    monkeypatch.setenv("MLOPS_HOME", str(mlflow_home))
     monkeypatch.setenv("MLOPS_PROMOTION_MARGIN", "0.37")  # not the default 0.02
     yield Settings()
     mlflow.set_tracking_uri(None)  # type: ignore[arg-type]  # None = unset, the environment decides again

@@ -262,11 +262,11 @@ def test_missing_snapshot_is_an_input_error(contract: DataContract, tmp_path: Pa
 
 
 def test_log_validation_to_mlflow(
-    contract: DataContract, clean: pd.DataFrame, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    contract: DataContract, clean: pd.DataFrame, tmp_path: Path, mlflow_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mlflow.tracking import MlflowClient
 
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{mlflow_home}/mlflow.db")
     report = validate_snapshot(_snapshot(clean, tmp_path), contract, tmp_path / "report")
     client = MlflowClient()
     # An explicit artifact location keeps MLflow from writing ./mlartifacts into the working tree.
