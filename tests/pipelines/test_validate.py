@@ -304,6 +304,16 @@ def test_suite_is_the_contract_written_out(contract: DataContract) -> None:
     assert suite_plan(contract) == EXPECTED_SUITE
 
 
+@pytest.mark.parametrize("open_side", ["min", "max"])
+def test_a_bound_on_one_side_is_still_checked(contract: DataContract, open_side: str) -> None:
+    one_sided = contract.model_copy(update={"columns": tuple(
+        c.model_copy(update={open_side: None}) if c.name == "amount" else c for c in contract.columns)})
+    bounds = {"min_value": 0.01, "max_value": 50000, "mostly": 1.0} | {f"{open_side}_value": None}
+    ranges = [kwargs for kind, kwargs in suite_plan(one_sided)
+              if kind == "expect_column_values_to_be_between" and kwargs["column"] == "amount"]
+    assert ranges == [{"column": "amount", **bounds}]
+
+
 def _null_in(column: str) -> Callable[[pd.DataFrame], pd.DataFrame]:
     def corrupt(df: pd.DataFrame) -> pd.DataFrame:
         df.loc[df.index[7], column] = None
