@@ -29,8 +29,9 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy platform pipelines serving monitoring feature_repo infra tests
 
-# Mutation testing (mutmut, configured in pyproject.toml): mutants of the evaluate step's decision
-# functions against their unit tests; prints the score and the survivors (tests/MUTATION.md says why each is equivalent).
+# Mutation testing (mutmut, configured in pyproject.toml): mutants of the decision functions (evaluate,
+# the train step's threshold rule and parameters, the validation suite's plan) against their unit tests;
+# prints the score and the survivors (tests/MUTATION.md says why each is equivalent).
 mutation: setup
 	rm -rf mutants
 	$(VENV)/bin/mutmut run --max-children 2

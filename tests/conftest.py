@@ -21,8 +21,8 @@ from mlops.settings import BUNDLED_CONTRACT
 if TYPE_CHECKING:
     from infra.schemas import SchemaValidator
 
-# Traffic, reference profiles and registered versions for the monitoring tests.
-pytest_plugins = ["monitoring_fixtures"]
+# Traffic, reference profiles and registered versions for the monitoring tests; migrated MLflow stores.
+pytest_plugins = ["mlflow_stores", "monitoring_fixtures"]
 
 
 @pytest.fixture(scope="session")

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
+from mlflow_stores import copy_mlflow_template
 
 from mlops import registry
 from mlops.contract import DataContract
@@ -130,6 +132,7 @@ def register_profile() -> Registrar:
 
 
 @pytest.fixture(scope="session")
-def tracking_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """One MLflow store for the monitoring tests: creating its tables takes seconds."""
-    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+def tracking_uri(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path) -> str:
+    """One MLflow store for the monitoring tests (a copy of the migrated template)."""
+    home = copy_mlflow_template(mlflow_template, tmp_path_factory.mktemp("mlflow"))
+    return f"sqlite:///{home / 'mlflow.db'}"

@@ -46,8 +46,8 @@ def exported(
 
 
 @pytest.fixture
-def tracking_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def tracking_uri(mlflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    uri = f"sqlite:///{mlflow_home / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     mlflow.set_tracking_uri(uri)
     yield uri

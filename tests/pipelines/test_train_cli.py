@@ -13,6 +13,7 @@ from pathlib import Path
 import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
+from mlflow_stores import copy_mlflow_template
 from typer.testing import CliRunner
 
 from mlops import registry
@@ -28,8 +29,8 @@ RUN_LINE = re.compile(r"run ([0-9a-f]{32}):")
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    path = tmp_path_factory.mktemp("train-cli-home")
+def home(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path) -> Iterator[Path]:
+    path = copy_mlflow_template(mlflow_template, tmp_path_factory.mktemp("train-cli-home"))
     with pytest.MonkeyPatch.context() as patch:
         for key, value in {**ENV, "MLOPS_HOME": str(path)}.items():
             patch.setenv(key, value)

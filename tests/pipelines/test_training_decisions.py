@@ -141,11 +141,21 @@ def test_chosen_threshold_maximises_validation_f1(
         ([0, 0, 0, 1], [0.2, 0.6, 0.7, 0.95], 0.95),
         # F1 per cut-off: 0.05 -> 6/7, 0.1 -> 4/6, 0.2 -> 4/5, 0.3 -> 2/4: flagging everything wins.
         ([1, 0, 1, 1], [0.05, 0.1, 0.2, 0.3], 0.05),
+        # The top score is legit (precision = recall = 0 there: F1 is 0, not 0/0); the best cut-off
+        # has precision = recall = 0.5 (F1 0.5) and beats flagging everything (F1 1/3).
+        ([0, 1, 0, 0, 0, 0, 0, 0, 0, 1], [0.95, 0.9, 0.8, 0.75, 0.7, 0.65, 0.6, 0.55, 0.5, 0.05], 0.9),
     ],
-    ids=["middle", "strictest", "loosest"],
+    ids=["middle", "strictest", "loosest", "top-score-legit"],
 )
 def test_best_f1_threshold_on_hand_made_scores(labels: list[int], probs: list[float], expected: float) -> None:
     assert best_f1_threshold(np.array(labels), np.array(probs)) == pytest.approx(expected)
+
+
+def test_train_params_are_read_from_settings() -> None:
+    settings = Settings(seed=5, max_epochs=7, patience=3, batch_size=64, learning_rate=3e-3, device="cpu")
+    params = TrainParams.from_settings(settings)
+    assert (params.seed, params.max_epochs, params.patience, params.batch_size, params.learning_rate) == (
+        5, 7, 3, 64, 3e-3)
 
 
 def test_different_seeds_give_different_models(noisy: Splits, contract: DataContract) -> None:
@@ -222,8 +232,8 @@ def test_evaluate_applies_the_margin_from_settings(
 
 
 @pytest.fixture
-def home_with_margin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
-    monkeypatch.setenv("MLOPS_HOME", str(tmp_path / "home"))
+def home_with_margin(mlflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
+    monkeypatch.setenv("MLOPS_HOME", str(mlflow_home))
     monkeypatch.setenv("MLOPS_PROMOTION_MARGIN", "0.37")  # not the default 0.02
     yield Settings()
     mlflow.set_tracking_uri(None)  # type: ignore[arg-type]  # None = unset, the environment decides again

@@ -262,11 +262,11 @@ def test_missing_snapshot_is_an_input_error(contract: DataContract, tmp_path: Pa
 
 
 def test_log_validation_to_mlflow(
-    contract: DataContract, clean: pd.DataFrame, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    contract: DataContract, clean: pd.DataFrame, tmp_path: Path, mlflow_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mlflow.tracking import MlflowClient
 
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{mlflow_home}/mlflow.db")
     report = validate_snapshot(_snapshot(clean, tmp_path), contract, tmp_path / "report")
     client = MlflowClient()
     # An explicit artifact location keeps MLflow from writing ./mlartifacts into the working tree.
@@ -302,6 +302,16 @@ def test_true_false_labels_pass_only_by_the_contract_rule(
 
 def test_suite_is_the_contract_written_out(contract: DataContract) -> None:
     assert suite_plan(contract) == EXPECTED_SUITE
+
+
+@pytest.mark.parametrize("open_side", ["min", "max"])
+def test_a_bound_on_one_side_is_still_checked(contract: DataContract, open_side: str) -> None:
+    one_sided = contract.model_copy(update={"columns": tuple(
+        c.model_copy(update={open_side: None}) if c.name == "amount" else c for c in contract.columns)})
+    bounds = {"min_value": 0.01, "max_value": 50000, "mostly": 1.0} | {f"{open_side}_value": None}
+    ranges = [kwargs for kind, kwargs in suite_plan(one_sided)
+              if kind == "expect_column_values_to_be_between" and kwargs["column"] == "amount"]
+    assert ranges == [{"column": "amount", **bounds}]
 
 
 def _null_in(column: str) -> Callable[[pd.DataFrame], pd.DataFrame]:

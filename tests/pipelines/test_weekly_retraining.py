@@ -15,6 +15,7 @@ from pathlib import Path
 import mlflow
 import pandas as pd
 import pytest
+from mlflow_stores import copy_mlflow_template
 from typer.testing import CliRunner
 
 from infra.compose import command_problem
@@ -34,8 +35,8 @@ runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    path = tmp_path_factory.mktemp("retraining-home")
+def home(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path) -> Iterator[Path]:
+    path = copy_mlflow_template(mlflow_template, tmp_path_factory.mktemp("retraining-home"))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MLOPS_HOME", str(path))
         yield path

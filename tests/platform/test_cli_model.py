@@ -16,9 +16,9 @@ runner = CliRunner()
 
 
 @pytest.fixture
-def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+def settings(mlflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.setenv("MLOPS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MLOPS_HOME", str(mlflow_home))
     return Settings()
 
 

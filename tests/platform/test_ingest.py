@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import http.server
 import json
+import logging
 import shutil
 import socket
 import stat
@@ -230,13 +231,25 @@ def _csv_text(frame: pd.DataFrame, sep: str = ",") -> str:
 
 @pytest.mark.parametrize("sep", [";", "\t", "|"])
 def test_delimiter_is_sniffed_from_the_header(tmp_path: Path, frame: pd.DataFrame, contract: DataContract,
-                                              sep: str) -> None:
+                                              sep: str, caplog: pytest.LogCaptureFixture) -> None:
     source = tmp_path / "tx.csv"
     source.write_text(_csv_text(frame, sep))
-    stored = pd.read_parquet(ingest(str(source), tmp_path / "snapshots", contract).path)
+    with caplog.at_level(logging.INFO, logger="mlops.data.ingest"):
+        stored = pd.read_parquet(ingest(str(source), tmp_path / "snapshots", contract).path)
     assert list(stored.columns) == list(frame.columns)
     pd.testing.assert_series_equal(stored["amount"], frame["amount"])
     assert stored["event_timestamp"].notna().all()
+    # The user is told which delimiter was read, and why.
+    assert f"{source} looks {sep!r}-delimited (its header splits into the contract's columns)" in caplog.text
+
+
+def test_a_comma_file_reads_without_a_delimiter_note(tmp_path: Path, frame: pd.DataFrame, contract: DataContract,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    source = tmp_path / "tx.csv"
+    source.write_text(_csv_text(frame))
+    with caplog.at_level(logging.INFO, logger="mlops.data.ingest"):
+        ingest(str(source), tmp_path / "snapshots", contract)
+    assert "-delimited" not in caplog.text
 
 
 def test_mixed_naive_and_offset_times_are_refused_by_name(tmp_path: Path, frame: pd.DataFrame,
@@ -278,6 +291,17 @@ def test_true_false_labels_follow_the_contract_spellings(tmp_path: Path, frame: 
     stored = pd.read_parquet(ingest(str(source), tmp_path / "snapshots", contract).path)
     assert stored["is_fraud"].dtype == "int64"
     pd.testing.assert_series_equal(stored["is_fraud"], frame["is_fraud"])
+
+
+def test_digits_as_text_beside_the_contract_spellings_are_labels(tmp_path: Path, frame: pd.DataFrame,
+                                                                  contract: DataContract) -> None:
+    spelled = frame.head(4).copy()
+    spelled["is_fraud"] = ["yes", "0", "1", "F"]
+    source = tmp_path / "labels.csv"
+    source.write_text(_csv_text(spelled))
+    stored = pd.read_parquet(ingest(str(source), tmp_path / "snapshots", contract).path)
+    assert stored["is_fraud"].dtype == "int64"
+    assert stored["is_fraud"].tolist() == [1, 0, 1, 0]
 
 
 def test_spellings_the_contract_does_not_list_stay_as_given(tmp_path: Path, frame: pd.DataFrame,

@@ -24,9 +24,9 @@ def _identity_model() -> onnx.ModelProto:
 
 
 @pytest.fixture
-def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+def settings(mlflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    return Settings(home=tmp_path / "home")
+    return Settings(home=mlflow_home)
 
 
 def _logged_model(settings: Settings) -> tuple[str, str]:

@@ -104,6 +104,17 @@ def served(platform_home: ServedPlatform, tmp_path_factory: pytest.TempPathFacto
         service.stop()
 
 
+@pytest.fixture
+def on_first_version(served: Served) -> Served:
+    """The service on production = the first version, whatever an earlier test (in any order) moved."""
+    settings = served.platform.settings
+    httpx.post(served.service.url + "/admin/production", headers={"authorization": f"Bearer {TOKEN}"}, timeout=30)
+    if registry.alias_version(settings) != served.platform.version:
+        registry.promote(settings, served.platform.version, actor="test", reason="reset between tests")
+    _wait_for(lambda: _health(served)["model_version"] == served.platform.version and not _health(served)["warning"])
+    return served
+
+
 def _health(served: Served) -> dict[str, Any]:
     answer: dict[str, Any] = httpx.get(served.service.url + "/healthz", timeout=5).json()
     return answer
@@ -225,7 +236,9 @@ def test_batch_answers_in_order_and_later_rows_see_earlier_ones(served: Served, 
     assert _metric(served, "mlops_batch_size_count", {}) >= 1
 
 
-def test_promotion_under_load_fails_no_request_and_switches_versions(served: Served, body: dict[str, Any]) -> None:
+def test_promotion_under_load_fails_no_request_and_switches_versions(
+        on_first_version: Served, body: dict[str, Any]) -> None:
+    served = on_first_version
     settings = served.platform.settings
     stop = threading.Event()
     answers: list[tuple[int, str | None]] = []
@@ -255,35 +268,39 @@ def test_promotion_under_load_fails_no_request_and_switches_versions(served: Ser
     assert _metric(served, "mlops_model_info", {"version": served.good, "alias": "production"}) == 1.0
 
 
-def test_a_broken_version_never_replaces_the_working_one(served: Served, body: dict[str, Any]) -> None:
+def test_a_broken_version_never_replaces_the_working_one(on_first_version: Served, body: dict[str, Any]) -> None:
+    served = on_first_version
     settings = served.platform.settings
     failed_before = _metric(served, "mlops_model_reloads_total", {"result": "failed"})
 
-    registry.promote(settings, served.broken, expected=served.good, actor="test", reason="broken on purpose")
+    registry.promote(settings, served.broken, expected=served.platform.version, actor="test",
+                     reason="broken on purpose")
     _wait_for(lambda: f"version {served.broken}" in _health(served)["warning"])
     answer = httpx.post(served.service.url + "/predict", json={**body, "transaction_id": "T-broken"}, timeout=10)
 
     assert answer.status_code == 200
-    assert answer.json()["model_version"] == served.good
+    assert answer.json()["model_version"] == served.platform.version
     assert "another data contract" in _health(served)["warning"]
     assert _metric(served, "mlops_model_reloads_total", {"result": "failed"}) > failed_before
     registry.rollback(settings, actor="test", reason="back to the working version")
     _wait_for(lambda: _health(served)["warning"] == "")
-    assert registry.alias_version(settings) == served.good
+    assert registry.alias_version(settings) == served.platform.version
 
 
-def test_promotion_is_compare_and_set(served: Served) -> None:
+def test_promotion_is_compare_and_set(on_first_version: Served) -> None:
+    served = on_first_version
     settings = served.platform.settings
 
     with pytest.raises(PromotionConflictError, match="moved since it was read"):
-        registry.promote(settings, served.platform.version, expected=served.broken, actor="test")
+        registry.promote(settings, served.good, expected=served.broken, actor="test")
 
-    assert registry.alias_version(settings) == served.good
+    assert registry.alias_version(settings) == served.platform.version
 
 
 def test_registry_outage_keeps_serving_and_refuses_promotion(
-    served: Served, body: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    on_first_version: Served, body: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    served = on_first_version
     monkeypatch.setenv("MLFLOW_SQLALCHEMYSTORE_POOLCLASS", "NullPool")
     served.cut_registry()
     try:
@@ -293,20 +310,22 @@ def test_registry_outage_keeps_serving_and_refuses_promotion(
         with pytest.raises(RegistryError):
             registry.alias_version(served.link_settings)
         with pytest.raises(RegistryError):
-            registry.promote(served.link_settings, served.platform.version, expected=served.good, actor="test")
+            registry.promote(served.link_settings, served.good, expected=served.platform.version, actor="test")
     finally:
         served.restore_registry()
 
     assert ready.status_code == 200
     assert answer.status_code == 200
-    assert answer.json()["model_version"] == served.good
-    assert registry.alias_version(served.platform.settings) == served.good
+    assert answer.json()["model_version"] == served.platform.version
+    assert registry.alias_version(served.platform.settings) == served.platform.version
     _wait_for(lambda: _health(served)["warning"] == "")
 
 
-def test_admin_switches_to_fallback_and_back_with_the_token_only(served: Served, body: dict[str, Any]) -> None:
+def test_admin_switches_to_fallback_and_back_with_the_token_only(
+        on_first_version: Served, body: dict[str, Any]) -> None:
+    served = on_first_version
     settings = served.platform.settings
-    registry.promote(settings, served.platform.version, alias="fallback", actor="test", reason="known good")
+    registry.promote(settings, served.good, alias="fallback", actor="test", reason="known good")
     url = served.service.url
     auth = {"authorization": f"Bearer {TOKEN}"}
 
@@ -318,9 +337,9 @@ def test_admin_switches_to_fallback_and_back_with_the_token_only(served: Served,
 
     assert (refused.status_code, wrong.status_code) == (401, 401)
     assert refused.json()["error"] == "AuthError"
-    assert fallback.json() == {"serving_alias": "fallback", "model_version": served.platform.version}
-    assert on_fallback.json()["model_version"] == served.platform.version
-    assert back.json() == {"serving_alias": "production", "model_version": served.good}
+    assert fallback.json() == {"serving_alias": "fallback", "model_version": served.good}
+    assert on_fallback.json()["model_version"] == served.good
+    assert back.json() == {"serving_alias": "production", "model_version": served.platform.version}
 
 
 HAND_CASES: dict[str, tuple[Callable[[dict[str, Any]], dict[str, Any]], int, str | None]] = {
@@ -362,7 +381,11 @@ def test_unknown_routes_and_methods_use_the_error_shapes(served: Served) -> None
     assert "missing" in oip_bad.json()["error"]
 
 
-def test_metrics_count_requests_by_route_and_status(served: Served) -> None:
+def test_metrics_count_requests_by_route_and_status(served: Served, body: dict[str, Any]) -> None:
+    url = served.service.url
+    scored = httpx.post(url + "/predict", json={**body, "transaction_id": "T-metrics"}, timeout=10)
+    refused = httpx.post(url + "/predict", content=b"{}", headers={"content-type": "text/plain"}, timeout=10)
+    assert (scored.status_code, refused.status_code) == (200, 415)
     assert _metric(served, "mlops_requests_total", {"route": "/predict", "status": "200"}) > 0
     assert _metric(served, "mlops_requests_total", {"route": "/predict", "status": "415"}) > 0
     assert _metric(served, "mlops_request_latency_seconds_count", {"route": "/predict"}) > 0
@@ -391,8 +414,9 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(served: Serv
 
 
 def test_started_without_registry_serves_the_cached_model_and_sigkill_loses_no_answer(
-    served: Served, body: dict[str, Any], tmp_path: Path
+    on_first_version: Served, body: dict[str, Any], tmp_path: Path
 ) -> None:
+    served = on_first_version
     home = served.platform.settings.resolved_home
     dead = tmp_path / "dead-registry-link"
     dead.symlink_to(tmp_path / "no-such-registry")  # MLflow would create a missing folder, not a dead link
@@ -428,7 +452,7 @@ def test_started_without_registry_serves_the_cached_model_and_sigkill_loses_no_a
     finally:
         cached.stop()
 
-    assert (health["source"], health["model_version"]) == ("cache", served.good)
+    assert (health["source"], health["model_version"]) == ("cache", served.platform.version)
     assert "registry unreachable" in health["warning"]
     print(f"cached start: ready after {cached.ready_after_s:.1f} s")
     logged = {r.event_id for r in read_predictions(log_dir(served.platform.settings))}
