@@ -78,7 +78,6 @@ class RunningStack:
     contract: DataContract
     data: pd.DataFrame
     source: Path
-    promoted: str | None = None
 
     @property
     def stack(self) -> native_stack.Stack:
@@ -159,14 +158,19 @@ def _keys(client: redis.Redis) -> int:
     return cast(int, client.dbsize())
 
 
-def test_pipeline_on_the_stack_promotes_and_the_service_serves_it(running: RunningStack, tmp_path: Path) -> None:
-    settings, contract = running.settings, running.contract
+@pytest.fixture(scope="module")
+def promoted(running: RunningStack, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The first pipeline run on the stack (both tests below need it, in either order): its version."""
     started = time.monotonic()
-    decision, version = _pipeline_in_process(running.source, tmp_path)
+    decision, version = _pipeline_in_process(running.source, tmp_path_factory.mktemp("first-run"))
     print(f"pipeline steps on the stack: {time.monotonic() - started:.1f} s")
     assert decision == "promote"
-    assert registry.alias_version(settings) == version
-    running.promoted = version
+    assert registry.alias_version(running.settings) == version
+    return version
+
+
+def test_pipeline_on_the_stack_promotes_and_the_service_serves_it(running: RunningStack, promoted: str) -> None:
+    settings, contract, version = running.settings, running.contract, promoted
     # The registry lives in PostgreSQL, the artifacts behind the server: nothing of MLflow under home.
     assert not (settings.resolved_home / "mlflow.db").exists()
     assert any((running.stack.root / "mlflow" / "artifacts").rglob("model.onnx"))
@@ -219,12 +223,20 @@ def _registry_in_postgres(running: RunningStack) -> tuple[list[str], list[str]]:
     return holding, versions
 
 
-def test_killing_mlflow_mid_run_fails_clearly_and_promotes_nothing(running: RunningStack) -> None:
-    settings = running.settings
-    if running.promoted is None:
-        pytest.skip("needs the promoted model of the previous test")
+def test_killing_mlflow_mid_run_fails_clearly_and_promotes_nothing(running: RunningStack, promoted: str) -> None:
     before = _registry_in_postgres(running)
-    assert before[0] == [running.promoted]
+    assert before[0] == [promoted]
+    try:
+        _kill_mlflow_during_a_run(running, before)
+    finally:
+        # The module's other tests (any order) need the server again; recorded so stack down stops it.
+        restarted = native_stack.start_service(running.stack, "mlflow")
+        procs.write_records(running.stack.records_path, {**running.stack.records(), "mlflow": restarted})
+    assert registry.alias_version(running.settings) == promoted  # the restarted server lost nothing
+
+
+def _kill_mlflow_during_a_run(running: RunningStack, before: tuple[list[str], list[str]]) -> None:
+    settings = running.settings
     command = subprocess.Popen([sys.executable, "-m", "mlops.cli", "pipeline", "run", str(running.source)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killed_after = ""
