@@ -13,8 +13,9 @@ from pathlib import Path
 
 from infra.gates.outcome import GateOutcome, failed, passed
 
-# make's own "recipe failed" lines and blank lines say nothing about why.
-_NOISE = re.compile(r"^(make(\[\d+\])?: \*\*\*|\s*$)")
+# make's own "recipe failed" lines, its directory lines (printed when make runs under make) and blank
+# lines say nothing about why.
+_NOISE = re.compile(r"^(make(\[\d+\])?: (\*\*\*|Entering directory|Leaving directory)|\s*$)")
 _PYTEST_SUMMARY = re.compile(r"^=+ (.* in [0-9.]+s.*) =+$")
 _ERROR_COUNT = re.compile(r"^(Found \d+ errors?.*|Success: .*|All checks passed!)$")  # ruff's and mypy's verdicts
 

@@ -144,6 +144,9 @@ def test_reproducibility_gate_matches_runs_of_one_seed_and_fails_another(home: G
     assert outcome.reason.startswith("run 3 (seed 4) differs from run 1 in ")
     assert "ONNX sha256" in outcome.reason
     assert "run 2" not in outcome.reason  # the same seed reproduced every metric and the ONNX file
+    same = check_reproducibility(paths, [params, params], home.settings, origin=f"run {run.info.run_id[:12]}",
+                                 workdir=tmp_path / "same-seed")
+    assert same.status == "PASS", same.line()
 
 
 def test_latency_gate_fails_an_injected_slow_down_and_passes_the_same_service(home: GateHome, tmp_path: Path) -> None:
