@@ -22,8 +22,11 @@ $(STAMP): pyproject.toml requirements.lock
 demo: setup
 	$(VENV)/bin/mlops demo
 
+# Shuffled order (pytest-randomly) with a fixed, verified seed so CI is reproducible;
+# `make test TEST_SEED=default` draws a new one (printed in the header).
+TEST_SEED ?= 338462761
 test: setup validate-infra
-	$(PY) -m pytest --durations=25
+	$(PY) -m pytest --durations=25 -p randomly --randomly-seed=$(TEST_SEED)
 
 lint: setup
 	$(VENV)/bin/ruff check .
