@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mlops.contract import load_contract
 from mlops.errors import ModelNotReadyError
-from mlops.feature_store import open_store
+from mlops.online_features import open_online_features
 from mlops.prediction_log import PredictionLog, log_dir
 from mlops.settings import Settings
 from serving import admin, oip
@@ -93,8 +93,8 @@ def _lifespan(state: ServiceState) -> Callable[[FastAPI], AbstractAsyncContextMa
         with TemporaryDirectory(dir=serving_dir, prefix="model-") as dest:
             state.manager.workdir = Path(dest)
             await run_in_threadpool(state.manager.start)
-            store = await run_in_threadpool(open_store, state.settings)
-            state.predictor = Predictor(state.contract, store, state.metrics,
+            online = await run_in_threadpool(open_online_features, state.settings, state.contract)
+            state.predictor = Predictor(state.contract, online, state.metrics,
                                         max_clock_skew=timedelta(seconds=state.settings.max_clock_skew_s))
             try:
                 yield
@@ -102,6 +102,7 @@ def _lifespan(state: ServiceState) -> Callable[[FastAPI], AbstractAsyncContextMa
                 await run_in_threadpool(state.manager.stop)
                 state.shadow_pool.shutdown(wait=True)
                 state.prediction_log.close()
+                online.close()
 
     return lifespan
 
@@ -131,7 +132,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     metrics = ServiceMetrics()
     state = ServiceState(settings, contract, metrics,
                          ModelManager(settings, contract, settings.resolved_home / "serving", metrics),
-                         PredictionLog(log_dir(settings)))
+                         PredictionLog(log_dir(settings), fsync_interval_s=settings.prediction_log_fsync_interval_s))
     request_model = build_request_model(contract)
     response_model = build_response_model(contract)
     batch_request, batch_response = build_batch_models(request_model, response_model)

@@ -29,7 +29,7 @@ class ServiceState:
         default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="shadow"))
 
     async def log_all(self, records: list[PredictionRecord]) -> None:
-        """Append ``records`` durably; returns once all are on disk (the answer may then be sent)."""
+        """Append ``records`` to the log; returns once the OS holds them (the answer may then be sent)."""
         futures = [self.prediction_log.submit(r) for r in records]
         await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
 

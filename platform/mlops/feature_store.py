@@ -47,14 +47,19 @@ def open_store(settings: Settings) -> FeatureStore:
     from feast import FeatureStore
     from feast.repo_config import RepoConfig
 
-    repo = feature_repo_path()
-    template = Template((repo / "feature_store.yaml").read_text())
+    raw = store_config(settings)
+    settings.feast_dir.mkdir(parents=True, exist_ok=True)
+    return FeatureStore(config=RepoConfig(repo_path=feature_repo_path(), **raw))
+
+
+def store_config(settings: Settings) -> dict[str, Any]:
+    """feature_store.yaml as Feast reads it for ``settings`` (state under home, Redis when chosen)."""
+    template = Template((feature_repo_path() / "feature_store.yaml").read_text())
     raw: dict[str, Any] = yaml.safe_load(template.substitute(FEAST_DIR=str(settings.feast_dir)))
     if settings.online_store == "redis" and settings.redis_url is not None:
         raw["online_store"] = {"type": "redis",
                                "connection_string": redis_connection_string(settings.redis_url.get_secret_value())}
-    settings.feast_dir.mkdir(parents=True, exist_ok=True)
-    return FeatureStore(config=RepoConfig(repo_path=repo, **raw))
+    return raw
 
 
 def redis_connection_string(url: str) -> str:
