@@ -105,6 +105,8 @@ def _feast_seconds(moment: datetime) -> int:
 class SqliteOnlineRows:
     """Reads without a lock (a WAL connection per thread), writes of one request in one transaction."""
 
+    local = True
+
     def __init__(self, path: Path, project: str) -> None:
         self.path = path
         self.project = project
