@@ -14,11 +14,14 @@ Durability (a deliberate deviation from SQLite's defaults, see README "Serving s
 database runs in WAL mode with ``synchronous=NORMAL``. A killed process loses nothing that was
 committed (the WAL is in the OS's page cache); only an OS crash or power loss can drop the last
 commits, never corrupt the file. The online state is rebuildable: the offline tables plus the
-prediction log, merged by event id through `mlops features materialize`.
+prediction log, merged by event id through `mlops features materialize`. The service's own
+connections never checkpoint (a checkpoint fsyncs, inside whichever commit crossed SQLite's
+threshold); a background thread copies the WAL into the database once a second instead.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import struct
 import threading
@@ -30,10 +33,13 @@ from typing import Any
 
 from mlops.errors import FeatureStoreError
 
+log = logging.getLogger(__name__)
+
 _STRING_TYPE = 2  # feast.value_type.ValueType.STRING
 _STRING_VAL_TAG = (2 << 3) | 2  # Value.string_val: field 2, length-delimited
 _INT64_VAL_TAG = (4 << 3) | 0  # Value.int64_val: field 4, varint
 _BUSY_TIMEOUT_MS = 10_000  # another process (materialize, a second worker) may hold the write lock
+_CHECKPOINT_INTERVAL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -115,6 +121,9 @@ class SqliteOnlineRows:
         self._connections_lock = threading.Lock()
         # Threads of this process queue here rather than in SQLite's busy handler, which sleeps.
         self._write_lock = threading.Lock()
+        self._written = threading.Event()
+        self._stop = threading.Event()
+        self._checkpointer: threading.Thread | None = None
 
     @classmethod
     def from_feast_config(cls, config: Mapping[str, Any]) -> SqliteOnlineRows:
@@ -138,6 +147,7 @@ class SqliteOnlineRows:
                                          timeout=_BUSY_TIMEOUT_MS / 1000)
             connection.execute("PRAGMA journal_mode=WAL")  # persistent: Feast's own connection then uses it too
             connection.execute("PRAGMA synchronous=NORMAL")
+            connection.execute("PRAGMA wal_autocheckpoint=0")
             self._local.connection = connection
             with self._connections_lock:
                 self._connections.append(connection)
@@ -178,8 +188,29 @@ class SqliteOnlineRows:
                 connection.execute("ROLLBACK")
                 raise
             connection.execute("COMMIT")
+            self._written.set()
+            if self._checkpointer is None:
+                self._checkpointer = threading.Thread(target=self._checkpoint_every_interval,
+                                                      name="online-store-checkpoint", daemon=True)
+                self._checkpointer.start()
+
+    def _checkpoint_every_interval(self) -> None:
+        connection = sqlite3.connect(self.path, isolation_level=None, timeout=_BUSY_TIMEOUT_MS / 1000)
+        try:
+            while not self._stop.wait(_CHECKPOINT_INTERVAL_S):
+                if self._written.is_set():
+                    self._written.clear()
+                    try:  # PASSIVE: copies what no reader still needs, never waits for or blocks a writer
+                        connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                    except sqlite3.Error:  # the WAL only grows until the next interval succeeds
+                        log.exception("online store checkpoint failed")
+        finally:
+            connection.close()
 
     def close(self) -> None:
+        self._stop.set()
+        if self._checkpointer is not None:
+            self._checkpointer.join()
         with self._connections_lock:
             connections, self._connections = self._connections, []
         for connection in connections:

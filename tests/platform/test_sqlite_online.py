@@ -3,9 +3,12 @@ reads concurrently without losing a write-through."""
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from feast import FeatureStore
@@ -109,3 +112,21 @@ def test_a_missing_or_foreign_store_is_an_error(contract: DataContract, tmp_path
     config = store_config(published[0])
     with pytest.raises(FeatureStoreError, match="entity_key_serialization_version 3"):
         SqliteOnlineRows.from_feast_config({**config, "entity_key_serialization_version": 2})
+
+
+def test_commits_reach_the_database_file_by_background_checkpoint(
+        published: tuple[Settings, FeatureStore], contract: DataContract, tmp_path: Path) -> None:
+    settings, _ = published
+    view = contract.feature_views[0]
+    direct = SqliteOnlineRows.from_feast_config(store_config(settings))
+    direct.write(_rows(view.view_name, contract.entity(view.entity).join_key, "checkpointed-"))
+    deadline = time.monotonic() + 10
+    found: list[tuple[object, ...]] = []
+    while not found and time.monotonic() < deadline:
+        time.sleep(0.2)
+        shutil.copy(settings.feast_dir / "online.db", tmp_path / "without-wal.db")  # the file alone, no WAL
+        with sqlite3.connect(tmp_path / "without-wal.db") as db:
+            found = db.execute(f"SELECT value_text FROM fraud_{view.view_name} WHERE value_text = ?",
+                               ('{"n": 2}',)).fetchall()
+    direct.close()
+    assert found
