@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -22,10 +22,6 @@ from mlops.online_features import OnlineFeatures
 from mlops.prediction_log import PredictionRecord
 from serving.lifecycle import LoadedModel
 from serving.metrics import ServiceMetrics
-
-if TYPE_CHECKING:
-    from feast import FeatureStore
-
 
 _EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)  # histories count microseconds since the epoch
 
@@ -46,10 +42,10 @@ class Gathered:
 class Predictor:
     """Features and scoring for the domain API; safe to call from many threads."""
 
-    def __init__(self, contract: DataContract, store: FeatureStore, metrics: ServiceMetrics, *,
+    def __init__(self, contract: DataContract, online: OnlineFeatures, metrics: ServiceMetrics, *,
                  max_clock_skew: timedelta) -> None:
         self.contract = contract
-        self.online = OnlineFeatures(store, contract)
+        self.online = online
         self.metrics = metrics
         self.max_clock_skew = max_clock_skew
         self._raw_inputs = contract.raw_inputs

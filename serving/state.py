@@ -27,11 +27,31 @@ class ServiceState:
     predictor: Predictor | None = None
     shadow_pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="shadow"))
+    _pending_log: list[tuple[list[PredictionRecord], asyncio.Future[None]]] = field(default_factory=list)
 
     async def log_all(self, records: list[PredictionRecord]) -> None:
-        """Append ``records`` durably; returns once all are on disk (the answer may then be sent)."""
-        futures = [self.prediction_log.submit(r) for r in records]
-        await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+        """Append ``records`` to the log; returns once the OS holds them (the answer may then be sent).
+
+        The records of every request that reaches this point in the same turn of the event loop
+        go out as one write: a batch costs about what a single record does.
+        """
+        loop = asyncio.get_running_loop()
+        if not self._pending_log:
+            loop.call_soon(self._write_pending)
+        written = loop.create_future()
+        self._pending_log.append((records, written))
+        await written
+
+    def _write_pending(self) -> None:
+        pending, self._pending_log = self._pending_log, []
+        try:
+            self.prediction_log.write([record for records, _ in pending for record in records])
+        except Exception as exc:  # noqa: BLE001 - every waiting request answers with the error
+            for _, written in pending:
+                written.set_exception(exc)
+            return
+        for _, written in pending:
+            written.set_result(None)
 
     def shadow(self, gathered: list[Gathered], request_id: str) -> None:
         """Score the challenger on the same inputs off the response path and log it beside the champion."""

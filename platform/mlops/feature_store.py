@@ -1,7 +1,8 @@
 """The Feast store as the platform uses it: open, publish the offline history tables, and the
 point-in-time join that gives every training row the entity histories serving would have seen.
 
-feast is imported lazily: importing it sets PROMETHEUS_MULTIPROC_DIR and takes seconds.
+feast is imported lazily: importing it sets PROMETHEUS_MULTIPROC_DIR and takes seconds. pandas too:
+the prediction service reads only :func:`store_config` from here.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from string import Template
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-import pandas as pd
 import yaml
 
 from mlops.contract import DataContract
@@ -27,6 +27,7 @@ from mlops.features import (
 from mlops.settings import Settings
 
 if TYPE_CHECKING:
+    import pandas as pd
     from feast import FeatureStore
 
 _ROW = "__row__"
@@ -47,14 +48,19 @@ def open_store(settings: Settings) -> FeatureStore:
     from feast import FeatureStore
     from feast.repo_config import RepoConfig
 
-    repo = feature_repo_path()
-    template = Template((repo / "feature_store.yaml").read_text())
+    raw = store_config(settings)
+    settings.feast_dir.mkdir(parents=True, exist_ok=True)
+    return FeatureStore(config=RepoConfig(repo_path=feature_repo_path(), **raw))
+
+
+def store_config(settings: Settings) -> dict[str, Any]:
+    """feature_store.yaml as Feast reads it for ``settings`` (state under home, Redis when chosen)."""
+    template = Template((feature_repo_path() / "feature_store.yaml").read_text())
     raw: dict[str, Any] = yaml.safe_load(template.substitute(FEAST_DIR=str(settings.feast_dir)))
     if settings.online_store == "redis" and settings.redis_url is not None:
         raw["online_store"] = {"type": "redis",
                                "connection_string": redis_connection_string(settings.redis_url.get_secret_value())}
-    settings.feast_dir.mkdir(parents=True, exist_ok=True)
-    return FeatureStore(config=RepoConfig(repo_path=repo, **raw))
+    return raw
 
 
 def redis_connection_string(url: str) -> str:
@@ -104,6 +110,8 @@ def offline_table_path(settings: Settings, view_name: str) -> Path:
 
 def read_offline_tables(settings: Settings, contract: DataContract) -> dict[str, pd.DataFrame]:
     """The offline history table of every view, as the last preprocess wrote it."""
+    import pandas as pd
+
     tables = {}
     for view in contract.feature_views:
         path = offline_table_path(settings, view.view_name)
@@ -121,6 +129,8 @@ def point_in_time_histories(store: FeatureStore, entity_df: pd.DataFrame, contra
     time; it returns that row's key (entity, newest event time), and the history is read from
     ``tables`` (the same offline tables). An entity with no row by then gets an empty history.
     """
+    import pandas as pd
+
     ts = contract.timestamp_column
     moments = pd.to_datetime(entity_df[ts], utc=True)
     per_view: dict[str, list[History]] = {}
@@ -151,6 +161,8 @@ def _newest_event_as_of(store: FeatureStore, view_name: str, key: str, entities:
     One view per query: Feast drops entity rows that share this view's join key and timestamp,
     so each query asks for distinct (entity, moment) pairs of one view only and maps them back.
     """
+    import pandas as pd
+
     wanted = pd.DataFrame({key: entities.to_numpy(), ts: moments.to_numpy()})
     request = wanted.drop_duplicates().reset_index(drop=True)
     request[_ROW] = range(len(request))
@@ -173,6 +185,8 @@ def training_features(store: FeatureStore, frame: pd.DataFrame, contract: DataCo
 
     Each row's features aggregate the entity's events strictly before its own timestamp.
     """
+    import pandas as pd
+
     ts = contract.timestamp_column
     histories = point_in_time_histories(store, frame, contract, tables)
     moments = pd.to_datetime(frame[ts], utc=True)

@@ -20,12 +20,14 @@ from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from mlops.contract import DataContract, FeatureSpec, FeatureViewSpec
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # A history is stored (offline and online) as one compact JSON string: Feast's file offline store
 # (dask) tokenizes object columns by pickling them, which made list columns 500 times slower.
@@ -36,10 +38,21 @@ NEWEST_FIELD = "newest_event_us"
 _IDS, _TIMES, _VALUES = "ids", "times", "values"  # times: microseconds since the Unix epoch, UTC
 _MICROS = 1_000_000
 _DAY_SECONDS = 86_400.0
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _utc(moment: datetime | pd.Timestamp) -> datetime | pd.Timestamp:
+    """``moment`` in UTC; a naive one is read as UTC."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 def to_micros(moment: datetime | pd.Timestamp) -> int:
     """Microseconds since the epoch of an aware timestamp (naive ones are read as UTC)."""
+    if type(moment) is datetime:  # the request path: plain datetime arithmetic, exact to the microsecond
+        delta = _utc(moment) - _EPOCH
+        return (delta.days * 86_400 + delta.seconds) * _MICROS + delta.microseconds
+    import pandas as pd  # a pandas Timestamp may carry nanoseconds: floor them as pandas does
+
     stamp = pd.Timestamp(moment)
     stamp = stamp.tz_localize(UTC) if stamp.tzinfo is None else stamp.tz_convert(UTC)
     return int(stamp.value // 1_000)
@@ -114,11 +127,10 @@ def _window_value(feature: FeatureSpec, history: History, t_us: int) -> float:
 
 def time_feature_values(names: Sequence[str], moment: datetime | pd.Timestamp) -> dict[str, float]:
     """Cyclic encodings of the UTC hour of day and day of week of ``moment``."""
-    stamp = pd.Timestamp(moment)
-    stamp = stamp.tz_localize(UTC) if stamp.tzinfo is None else stamp.tz_convert(UTC)
+    stamp = _utc(moment)
     seconds = stamp.hour * 3600 + stamp.minute * 60 + stamp.second + stamp.microsecond / _MICROS
     hour_angle = 2 * math.pi * seconds / _DAY_SECONDS
-    week_angle = 2 * math.pi * (stamp.dayofweek + seconds / _DAY_SECONDS) / 7
+    week_angle = 2 * math.pi * (stamp.weekday() + seconds / _DAY_SECONDS) / 7
     encodings = {
         "hour_of_day_sin": math.sin(hour_angle), "hour_of_day_cos": math.cos(hour_angle),
         "day_of_week_sin": math.sin(week_angle), "day_of_week_cos": math.cos(week_angle),
@@ -190,6 +202,8 @@ def build_history_table(frame: pd.DataFrame, contract: DataContract, view: Featu
     Equal to what the online store holds after that entity's events up to s were appended in
     any order, so the point-in-time join as of t gives training the history serving sees at t.
     """
+    import pandas as pd  # not at import time: the service never builds tables
+
     key = contract.entity(view.entity).join_key
     ts, row_id = contract.timestamp_column, contract.id_column
     horizon_us = int(view.history_horizon.total_seconds() * _MICROS)
@@ -224,6 +238,8 @@ def replay_features(frame: pd.DataFrame, contract: DataContract) -> pd.DataFrame
     What the online store with write-through answers for the same stream, without Feast: a fast
     oracle for tests and benchmarks. Returns one column per feature, indexed like ``frame``.
     """
+    import pandas as pd  # not at import time: the service never builds tables
+
     ts, row_id = contract.timestamp_column, contract.id_column
     keys = {v.view_name: contract.entity(v.entity).join_key for v in contract.feature_views}
     state: dict[tuple[str, str], History] = {}

@@ -14,15 +14,12 @@ import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mlops.contract import DataContract, FeatureViewSpec
 from mlops.errors import FeatureStoreError
 from mlops.features import (
     EVENTS_FIELD,
-    NEWEST_FIELD,
     History,
     append_event,
     decode_history,
@@ -32,8 +29,10 @@ from mlops.features import (
     to_micros,
 )
 from mlops.settings import Settings
+from mlops.sqlite_online import OnlineRow, SqliteOnlineRows
 
 if TYPE_CHECKING:
+    import pandas as pd
     from feast import FeatureStore
 
 _LOCK_STRIPES = 256
@@ -54,27 +53,94 @@ def _store_call(what: str) -> Any:
     return guard()
 
 
+class OnlineRows(Protocol):
+    """An online store as the features use it: string fields of entity rows, written in batches."""
+
+    @property
+    def local(self) -> bool:
+        """Whether the store is a local file (answers in microseconds) rather than a network service."""
+        ...
+
+    def read(self, view: str, join_key: str, entities: Sequence[str], field: str) -> list[str | None]: ...
+
+    def write(self, rows: Sequence[OnlineRow]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class FeastOnlineRows:
+    """Rows through Feast's provider (Redis, and materialize), with the feature views resolved once.
+
+    ``FeatureStore.push`` and ``get_online_features`` rebuild the feature views from the registry's
+    protos on every call (13 of the 17 ms a write took); the rows written are what a push of the
+    same data writes. Calls are serialized: Feast's SQLite store shares one connection between threads.
+    """
+
+    local = False  # Redis: a network round trip per call
+
+    def __init__(self, store: FeatureStore) -> None:
+        self.store = store
+        self.lock = threading.Lock()
+        self._feature_views: dict[str, Any] = {}  # resolved on first use: the repo may be applied later
+
+    def feature_view(self, name: str) -> Any:
+        """The Feast feature view, read from the registry once (call with the lock held)."""
+        if name not in self._feature_views:
+            self._feature_views[name] = self.store.get_feature_view(name)
+        return self._feature_views[name]
+
+    @staticmethod
+    def _entity_key(join_key: str, entity: str) -> Any:
+        from feast.protos.feast.types.EntityKey_pb2 import EntityKey
+        from feast.protos.feast.types.Value_pb2 import Value
+
+        return EntityKey(join_keys=[join_key], entity_values=[Value(string_val=entity)])
+
+    def read(self, view: str, join_key: str, entities: Sequence[str], field: str) -> list[str | None]:
+        keys = [self._entity_key(join_key, e) for e in entities]
+        with self.lock:
+            answers = self.store._get_provider().online_read(self.store.config, self.feature_view(view), keys, [field])
+        texts: list[str | None] = []
+        for _, values in answers:
+            stored = values.get(field) if values else None
+            # SQLite answers None for an unknown entity; Redis an empty Value (no field of the oneof set).
+            texts.append(stored.string_val if stored is not None and stored.WhichOneof("val") == "string_val"
+                         else None)
+        return texts
+
+    def write(self, rows: Sequence[OnlineRow]) -> None:
+        from feast.protos.feast.types.Value_pb2 import Value
+
+        now = datetime.now(UTC)
+        by_view: dict[str, list[tuple[Any, dict[str, Any], datetime, datetime | None]]] = {}
+        for row in rows:
+            values = {name: Value(string_val=v) if isinstance(v, str) else Value(int64_val=v)
+                      for name, v in row.fields.items()}
+            by_view.setdefault(row.view, []).append((self._entity_key(row.join_key, row.entity), values,
+                                                     row.event_time, now))
+        with self.lock:
+            for view, data in by_view.items():
+                self.store._get_provider().online_write_batch(self.store.config, self.feature_view(view), data,
+                                                              progress=None)
+
+    def close(self) -> None:
+        """Nothing to release: the FeatureStore owns its connections."""
+
+
 class OnlineFeatures:
     """Entity histories for requests, and the write-through of scored transactions.
 
-    Reads and writes go straight to Feast's provider with the feature views resolved once:
-    ``FeatureStore.push`` and ``get_online_features`` rebuild the feature views from the registry's
-    protos on every call (13 of the 17 ms a write took). The rows written are what a push of the
-    same data writes.
-
-    Safe to use from many threads: a read-modify-write of one entity holds that entity's lock
-    (striped), and calls into Feast are serialized because its SQLite online store shares one
-    connection between threads.
+    ``rows`` is the store: :class:`mlops.sqlite_online.SqliteOnlineRows` (the embedded SQLite store,
+    without feast) or :class:`FeastOnlineRows` (Redis). Safe to use from many threads: a
+    read-modify-write of one entity holds that entity's lock (striped).
     """
 
-    def __init__(self, store: FeatureStore, contract: DataContract) -> None:
-        self.store = store
+    def __init__(self, rows: OnlineRows, contract: DataContract) -> None:
+        self.rows = rows
         self.contract = contract
         self._views = {v.view_name: v for v in contract.feature_views}
         self._keys = {v.view_name: contract.entity(v.entity).join_key for v in contract.feature_views}
-        self._store_lock = threading.Lock()
         self._entity_locks = [threading.Lock() for _ in range(_LOCK_STRIPES)]
-        self._feature_views: dict[str, Any] = {}  # resolved on first use: the repo may be applied later
 
     @contextmanager
     def entities_locked(self, entities: Iterable[tuple[str, str]]) -> Iterator[None]:
@@ -85,79 +151,57 @@ class OnlineFeatures:
                 stack.enter_context(self._entity_locks[stripe])
             yield
 
+    @property
+    def local(self) -> bool:
+        """Whether calls answer in microseconds from a local file (see :class:`OnlineRows`)."""
+        return self.rows.local
+
     def read(self, keys: Mapping[str, str]) -> dict[str, History]:
         """The histories of one request's entities (empty for an entity the store does not know)."""
         return {name: self._read_view(view, [keys[self._keys[name]]])[0] for name, view in self._views.items()}
 
     def record(self, keys: Mapping[str, str], histories: Mapping[str, History], event_id: str,
                moment: datetime, values: Mapping[str, float]) -> list[str]:
-        """Append the scored transaction to each entity's history; returns the views written.
+        """Append the scored transaction to each entity's history, all views in one write; the views written.
 
         Call under :meth:`entities_locked` with the histories read there. A transaction id the
         history already holds is not written again.
         """
-        written = []
         t_us = to_micros(moment)
+        rows = []
         for name, view in self._views.items():
             updated = append_event(view, histories.get(name) or empty_history(view), event_id, t_us, values)
-            if updated is None:
-                continue
-            self._push(view, keys[self._keys[name]], updated)
-            written.append(name)
-        return written
+            if updated is not None:
+                rows.append(self._row(view, keys[self._keys[name]], updated))
+        if rows:
+            with _store_call("write"):
+                self.rows.write(rows)
+        return [row.view for row in rows]
 
-    def _feature_view(self, name: str) -> Any:
-        """The Feast feature view, read from the registry once (call with the store lock held)."""
-        if name not in self._feature_views:
-            self._feature_views[name] = self.store.get_feature_view(name)
-        return self._feature_views[name]
-
-    def _entity_key(self, view: FeatureViewSpec, entity: str) -> Any:
-        from feast.protos.feast.types.EntityKey_pb2 import EntityKey
-        from feast.protos.feast.types.Value_pb2 import Value
-
-        return EntityKey(join_keys=[self._keys[view.view_name]], entity_values=[Value(string_val=entity)])
-
-    def _push(self, view: FeatureViewSpec, entity: str, history: History) -> None:
-        self._write_rows(view, [(entity, history)])
-
-    def _write_rows(self, view: FeatureViewSpec, rows: Sequence[tuple[str, History]]) -> None:
-        from feast.protos.feast.types.Value_pb2 import Value
-
-        now: datetime | None = datetime.now(UTC)
-        data: list[tuple[Any, dict[str, Any], datetime, datetime | None]] = []
-        for entity, history in rows:
-            fields = stored_fields(view, history)
-            values = {EVENTS_FIELD: Value(string_val=fields[EVENTS_FIELD]),
-                      NEWEST_FIELD: Value(int64_val=fields[NEWEST_FIELD])}
-            data.append((self._entity_key(view, entity), values, _utc(history.times[-1]), now))
-        with self._store_lock, _store_call("write"):
-            self.store._get_provider().online_write_batch(self.store.config, self._feature_view(view.view_name),
-                                                          data, progress=None)
+    def _row(self, view: FeatureViewSpec, entity: str, history: History) -> OnlineRow:
+        return OnlineRow(view.view_name, self._keys[view.view_name], entity, stored_fields(view, history),
+                         _utc(history.times[-1]))
 
     def _read_view(self, view: FeatureViewSpec, entities: Sequence[str]) -> list[History]:
-        keys = [self._entity_key(view, e) for e in entities]
-        with self._store_lock, _store_call("read"):
-            answers = self.store._get_provider().online_read(self.store.config, self._feature_view(view.view_name),
-                                                             keys, [EVENTS_FIELD])
-        histories = []
-        for _, values in answers:
-            stored = values.get(EVENTS_FIELD) if values else None
-            # SQLite answers None for an unknown entity; Redis an empty Value (no field of the oneof set).
-            text = stored.string_val if stored is not None and stored.WhichOneof("val") == "string_val" else None
-            histories.append(decode_history(view, text))
-        return histories
+        with _store_call("read"):
+            texts = self.rows.read(view.view_name, self._keys[view.view_name], entities, EVENTS_FIELD)
+        return [decode_history(view, text) for text in texts]
 
-    def materialize(self, end: datetime, offline: Mapping[str, pd.DataFrame]) -> dict[str, int]:
+    def close(self) -> None:
+        self.rows.close()
+
+    def materialize(self, store: FeatureStore, end: datetime, offline: Mapping[str, pd.DataFrame]) -> dict[str, int]:
         """Merge the offline histories as of ``end`` into the online store; rows written per view.
 
         ``offline`` maps view names to their offline history tables. Incremental: a view only
-        reads rows after its last materialized end, and the interval is recorded in the registry.
+        reads rows after its last materialized end, and the interval is recorded in ``store``'s registry.
         """
+        import pandas as pd
+
         ts = self.contract.timestamp_column
         written: dict[str, int] = {}
         for name, view in self._views.items():
-            feature_view = self.store.get_feature_view(name)
+            feature_view = store.get_feature_view(name)
             start = feature_view.most_recent_end_time
             table = offline[name]
             stamps = pd.to_datetime(table[ts], utc=True)
@@ -166,9 +210,9 @@ class OnlineFeatures:
                 chosen &= stamps > _aware(start)
             latest = table[chosen].sort_values(ts, kind="stable").drop_duplicates(self._keys[name], keep="last")
             written[name] = self._merge_rows(view, latest)
-            with self._store_lock, _store_call("registry update"):
-                self.store.registry.apply_materialization(
-                    feature_view, self.store.project, start or stamps.min().to_pydatetime(), end)
+            with _store_call("registry update"):
+                store.registry.apply_materialization(feature_view, store.project,
+                                                     start or stamps.min().to_pydatetime(), end)
         return written
 
     def _merge_rows(self, view: FeatureViewSpec, latest: pd.DataFrame) -> int:
@@ -179,9 +223,10 @@ class OnlineFeatures:
             entities = [str(r[key]) for r in batch]
             with self.entities_locked((key, e) for e in entities):
                 current = self._read_view(view, entities)
-                merged = [(entity, merge_histories(view, online, decode_history(view, record[EVENTS_FIELD])))
-                          for entity, record, online in zip(entities, batch, current, strict=True)]
-                self._write_rows(view, merged)
+                merged = [self._row(view, entity, merge_histories(view, online, decode_history(view, r[EVENTS_FIELD])))
+                          for entity, r, online in zip(entities, batch, current, strict=True)]
+                with _store_call("write"):
+                    self.rows.write(merged)
         return len(records)
 
 
@@ -190,6 +235,8 @@ def _utc(micros: int) -> datetime:
 
 
 def _aware(moment: datetime) -> pd.Timestamp:
+    import pandas as pd
+
     stamp = pd.Timestamp(moment)
     return stamp.tz_localize(UTC) if stamp.tzinfo is None else stamp.tz_convert(UTC)
 
@@ -199,4 +246,14 @@ def materialize_online(settings: Settings, contract: DataContract, end: datetime
     from mlops.feature_store import open_store, read_offline_tables
 
     tables = read_offline_tables(settings, contract)
-    return OnlineFeatures(open_store(settings), contract).materialize(end, tables)
+    store = open_store(settings)
+    return OnlineFeatures(FeastOnlineRows(store), contract).materialize(store, end, tables)
+
+
+def open_online_features(settings: Settings, contract: DataContract) -> OnlineFeatures:
+    """The service's online features: SQLite read directly (no feast import), Redis through Feast."""
+    from mlops.feature_store import open_store, store_config
+
+    if settings.online_store == "sqlite":
+        return OnlineFeatures(SqliteOnlineRows.from_feast_config(store_config(settings)), contract)
+    return OnlineFeatures(FeastOnlineRows(open_store(settings)), contract)

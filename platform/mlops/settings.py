@@ -86,6 +86,9 @@ class Settings(BaseSettings):
         "in production, where the service then refuses to start without MLOPS_ADMIN_TOKEN.")
     max_body_bytes: int = Field(default=1 << 20, ge=1024, description="Largest request body accepted (413).")
     shadow: bool = Field(default=False, description="Also score the `challenger` alias off the response path.")
+    prediction_log_fsync_interval_s: float = Field(
+        default=1.0, ge=0.0, le=60.0, description="fsync the prediction log this often (0: before every answer); "
+        "an answer waits only for the OS to hold the record, which survives SIGKILL but not power loss.")
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     # Monitoring: drift levels, the cool-down between fallback switches, where its actions go.

@@ -12,8 +12,7 @@ import pytest
 
 from mlops.contract import DataContract
 from mlops.data.generator import generate_transactions
-from mlops.feature_store import open_store
-from mlops.online_features import OnlineFeatures
+from mlops.online_features import open_online_features
 from mlops.settings import Settings
 from pipelines.steps.preprocess import SPLITS, SplitSummary, preprocess, time_split
 
@@ -149,7 +148,7 @@ def test_same_instant_transactions_train_and_keep_the_row_count(preprocessed: Pr
 
 def test_preprocess_leaves_the_online_store_alone(preprocessed: Preprocessed, contract: DataContract) -> None:
     last = preprocessed.frame.iloc[-1]
-    online = OnlineFeatures(open_store(preprocessed.settings), contract)
+    online = open_online_features(preprocessed.settings, contract)
     histories = online.read({"customer_id": str(last["customer_id"]), "merchant_id": str(last["merchant_id"])})
     assert all(len(h) == 0 for h in histories.values())
     assert preprocessed.settings.feast_dir.is_relative_to(preprocessed.settings.resolved_home)

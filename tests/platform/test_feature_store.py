@@ -16,7 +16,7 @@ from mlops.data.generator import generate_transactions
 from mlops.errors import FeatureStoreError
 from mlops.feature_store import open_store, publish_features, read_offline_tables, training_features
 from mlops.features import compute_features
-from mlops.online_features import OnlineFeatures, materialize_online
+from mlops.online_features import FeastOnlineRows, OnlineFeatures, materialize_online, open_online_features
 from mlops.settings import Settings
 
 TS = "event_timestamp"
@@ -54,7 +54,7 @@ def test_replay_after_materialization_equals_offline_features(published: Publish
     as_of = frame[TS].iloc[cut] - pd.Timedelta(microseconds=1)
     written = materialize_online(published.settings, contract, as_of.to_pydatetime())
     assert written["customer_history"] == frame.iloc[:cut]["customer_id"].nunique()
-    online = OnlineFeatures(open_store(published.settings), contract)
+    online = open_online_features(published.settings, contract)  # the service's path, no feast
     replayed = pd.DataFrame([_score_and_record(online, contract, frame.iloc[i]) for i in range(cut, len(frame))],
                             index=frame.index[cut:])
     diff = (replayed - offline.loc[replayed.index, contract.feature_names]).abs().to_numpy().max()
@@ -87,9 +87,10 @@ def test_materialize_before_any_training_run_names_the_cause(contract: DataContr
 
 def test_a_failing_online_store_is_an_error_not_an_unknown_entity(published: Published,
                                                                    contract: DataContract) -> None:
-    online = OnlineFeatures(open_store(published.settings), contract)
+    store = open_store(published.settings)
+    online = OnlineFeatures(FeastOnlineRows(store), contract)
     (published.settings.feast_dir / "broken").mkdir(exist_ok=True)
-    online.store.config.online_store.path = str(published.settings.feast_dir / "broken")  # a folder, not a DB
-    online.store._provider = None  # type: ignore[attr-defined]  # reopen the store on the new path
+    store.config.online_store.path = str(published.settings.feast_dir / "broken")  # a folder, not a DB
+    store._provider = None  # type: ignore[attr-defined]  # reopen the store on the new path
     with pytest.raises(FeatureStoreError, match="online store read failed"):
         online.read({"customer_id": "C1", "merchant_id": "M1"})

@@ -29,7 +29,7 @@ from mlops.features import (
     to_micros,
     unknown_entities,
 )
-from mlops.online_features import OnlineFeatures
+from mlops.online_features import FeastOnlineRows, OnlineFeatures
 from mlops.settings import Settings
 
 BASE = datetime(2026, 3, 2, 22, 0, tzinfo=UTC)
@@ -138,7 +138,7 @@ def test_offline_point_in_time_features_through_feast_match_brute_force(
 def online(contract: DataContract, tmp_path_factory: pytest.TempPathFactory) -> OnlineFeatures:
     settings = Settings(home=tmp_path_factory.mktemp("online"))
     seed = stream_frame([("seed", "seed", timedelta(0), 1.0)])
-    return OnlineFeatures(publish_features(seed, contract, settings), contract)
+    return OnlineFeatures(FeastOnlineRows(publish_features(seed, contract, settings)), contract)
 
 
 def _serve(online: OnlineFeatures, contract: DataContract, row: pd.Series) -> dict[str, float]:

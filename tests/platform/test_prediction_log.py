@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -84,3 +86,47 @@ def test_a_failed_write_is_never_acknowledged(tmp_path: Path) -> None:
     with pytest.raises(NotADirectoryError):
         log.append(_record(1))
     log.close()
+
+
+@pytest.fixture
+def fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """When each os.fsync of this test ran (the real fsync runs too)."""
+    synced: list[float] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(descriptor: int) -> None:
+        real_fsync(descriptor)
+        synced.append(time.monotonic())
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    return synced
+
+
+def test_interval_zero_fsyncs_before_the_answer(tmp_path: Path, fsyncs: list[float]) -> None:
+    log = PredictionLog(tmp_path, fsync_interval_s=0)
+    log.append(_record(3))  # records of one day: one segment, whose creation fsyncs its folder too
+    before = len(fsyncs)
+    log.append(_record(4))
+    assert len(fsyncs) == before + 1
+    log.close()
+
+
+def test_otherwise_the_answer_waits_for_no_fsync_and_one_follows_within_the_interval(
+        tmp_path: Path, fsyncs: list[float]) -> None:
+    slow = PredictionLog(tmp_path / "slow", fsync_interval_s=30)
+    slow.append(_record(3))
+    before = len(fsyncs)
+    slow.append(_record(4))
+    assert len(fsyncs) == before  # written (readable, survives SIGKILL), not yet fsynced
+    assert [r.event_id for r in read_predictions(tmp_path / "slow")] == ["T3", "T4"]
+    slow.close()
+    assert len(fsyncs) > before  # closing syncs what is left
+
+    quick = PredictionLog(tmp_path / "quick", fsync_interval_s=0.2)
+    quick.append(_record(5))
+    written, before = time.monotonic(), len(fsyncs)
+    while len(fsyncs) == before and time.monotonic() < written + 10:
+        time.sleep(0.05)
+    quick.close()
+    assert len(fsyncs) > before
+    assert fsyncs[before] - written < 5

@@ -21,10 +21,9 @@ from fastapi.testclient import TestClient
 from served_platform import ServedPlatform, platform_in_env, sample_body
 
 from mlops import registry
-from mlops.feature_store import open_store
 from mlops.features import compute_features, empty_history
 from mlops.inference import OnnxModel
-from mlops.online_features import OnlineFeatures
+from mlops.online_features import open_online_features
 from mlops.prediction_log import log_dir, read_predictions
 from mlops.settings import Settings
 from serving.app import create_app
@@ -53,7 +52,7 @@ def _expected_probability(platform: ServedPlatform, body: dict[str, Any]) -> tup
     """Score the request outside the service (before it records it): raw fields + features at its time."""
     contract = platform.contract
     keys = {e.join_key: body[e.join_key] for e in contract.entities}
-    histories = OnlineFeatures(open_store(platform.settings), contract).read(keys)
+    histories = open_online_features(platform.settings, contract).read(keys)
     features = compute_features(contract, histories, pd.Timestamp(body["event_timestamp"]))
     raw = {name: body[name] for name in contract.raw_inputs}
     probability = OnnxModel(platform.onnx_path).predict_proba([{**raw, **features}])
