@@ -30,6 +30,16 @@ def _step(name: str, call: Callable[[], T]) -> T:
     return result
 
 
+def _python_default_warning_filters() -> None:
+    """The filters a fresh interpreter (a kfp.local step process) starts with, whatever the caller
+    set: a warning in a step never fails it on kfp.local, so it must not inline either (a test run
+    that turns warnings into errors, say)."""
+    warnings.resetwarnings()
+    for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+        warnings.simplefilter("ignore", category)
+    warnings.filterwarnings("default", category=DeprecationWarning, module="__main__")
+
+
 def run_steps(source: str, run_name: str, artifacts: Path, *, since: str = "", until: str = "",
               last_weeks: int = 0) -> None:
     """Run every step on ``source``, outputs under ``artifacts/<step>/``; a failed step's error propagates
@@ -45,10 +55,7 @@ def run_steps(source: str, run_name: str, artifacts: Path, *, since: str = "", u
     for output in (snapshot, *splits.values(), model_dir, onnx_dir):
         output.parent.mkdir(parents=True, exist_ok=True)  # as kfp does for an output artifact
     with warnings.catch_warnings():
-        # A step process starts with Python's default warning filters; so do the steps here,
-        # whatever the caller set (a test run that turns warnings into errors, say).
-        warnings.resetwarnings()
-        warnings.simplefilter("default")
+        _python_default_warning_filters()
         run_id, _ = _step("ingest", lambda: tasks.ingest_task(source, snapshot, run_name, since, until, last_weeks))
         _step("validate", lambda: tasks.validate_task(snapshot, run_id, artifacts / "validate" / "report"))
         _step("preprocess", lambda: tasks.preprocess_task(snapshot, run_id, splits))
