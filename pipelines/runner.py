@@ -5,7 +5,9 @@ subprocess of the current environment. Settings reach the steps as MLOPS_* varia
 step fails, the pipeline's MLflow run says which step and why, and that is what is raised.
 What cannot work is refused before kfp starts: a missing local source, an unknown format, an
 MLflow server that does not answer. The steps' streamed logs go to one log file per run
-(:mod:`pipelines.progress`); the caller gets one report per finished step.
+(:mod:`pipelines.progress`); the caller gets one report per finished step. ``runner="inline"``
+calls the same steps in this process instead (:mod:`pipelines.inline_runner`), reported and
+failing the same way.
 """
 
 from __future__ import annotations
