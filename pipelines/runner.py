@@ -5,7 +5,9 @@ subprocess of the current environment. Settings reach the steps as MLOPS_* varia
 step fails, the pipeline's MLflow run says which step and why, and that is what is raised.
 What cannot work is refused before kfp starts: a missing local source, an unknown format, an
 MLflow server that does not answer. The steps' streamed logs go to one log file per run
-(:mod:`pipelines.progress`); the caller gets one report per finished step.
+(:mod:`pipelines.progress`); the caller gets one report per finished step. ``runner="inline"``
+calls the same steps in this process instead (:mod:`pipelines.inline_runner`), reported and
+failing the same way.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import SecretStr
 
@@ -34,6 +36,10 @@ if TYPE_CHECKING:
     from mlflow.entities import Run
 
 log = logging.getLogger(__name__)
+
+# kfp: the compiled IR YAML on kfp.local, a process per step (the default); inline: the same steps
+# in this process (pipelines.inline_runner).
+Runner = Literal["kfp", "inline"]
 
 
 @dataclass(frozen=True)
@@ -85,8 +91,10 @@ def run_log_path(settings: Settings, run_name: str) -> Path:
 def run_pipeline(source: str, settings: Settings, *, package: Path = COMPILED_PIPELINE,
                  run_name: str | None = None, verbose: bool = False,
                  on_step: Callable[[StepReport], None] | None = None,
-                 since: str = "", until: str = "", last_weeks: int = 0) -> PipelineOutcome:
+                 since: str = "", until: str = "", last_weeks: int = 0, runner: Runner = "kfp") -> PipelineOutcome:
     """Execute ``package`` on ``source``; raises PipelineError naming the failed step.
+
+    ``runner`` "inline" calls the same steps in this process instead (``package`` is then unused).
 
     ``since``/``until``/``last_weeks`` are the training window (:mod:`mlops.data.training_window`);
     not given, the run trains on all the data.
@@ -96,8 +104,6 @@ def run_pipeline(source: str, settings: Settings, *, package: Path = COMPILED_PI
     """
     check_source(source)
     check_tracking_server(settings.resolved_tracking_uri)
-    from kfp import components, local
-
     run_name = run_name or new_run_name()
     settings.kfp_root.mkdir(parents=True, exist_ok=True)
     failed_steps: list[str] = []
@@ -122,14 +128,26 @@ def run_pipeline(source: str, settings: Settings, *, package: Path = COMPILED_PI
         # The train task's GPU settings (pipelines/cluster.py) are for Kubeflow; locally they are moot.
         warnings.filterwarnings("ignore", message=r"Task '.*': settings .* have no effect in the current local runner",
                                 category=UserWarning)
-        local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(settings.kfp_root),
-                   raise_on_error=True)
-        pipeline = components.load_component_from_file(str(package))
         try:
-            pipeline(source=source, run_name=run_name, since=since, until=until, last_weeks=last_weeks)
-        except RuntimeError as exc:
+            if runner == "inline":
+                from pipelines.inline_runner import run_steps
+
+                run_steps(source, run_name, settings.kfp_root / run_name, since=since, until=until,
+                          last_weeks=last_weeks)
+            else:
+                _run_on_kfp_local(package, settings, source=source, run_name=run_name, since=since, until=until,
+                                  last_weeks=last_weeks)
+        except Exception as exc:  # kfp.local's RuntimeError, or the failed step's own error inline
             raise _failure(settings, run_name, exc, failed_steps[0] if failed_steps else None) from exc
     return _outcome(settings, run_name)
+
+
+def _run_on_kfp_local(package: Path, settings: Settings, **arguments: str | int) -> None:
+    from kfp import components, local
+
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(settings.kfp_root),
+               raise_on_error=True)
+    components.load_component_from_file(str(package))(**arguments)
 
 
 def _find_run(settings: Settings, run_name: str) -> Run | None:
@@ -143,7 +161,7 @@ def _find_run(settings: Settings, run_name: str) -> Run | None:
     return runs[0] if runs else None
 
 
-def _failure(settings: Settings, run_name: str, exc: RuntimeError, failed_step: str | None = None) -> PipelineError:
+def _failure(settings: Settings, run_name: str, exc: Exception, failed_step: str | None = None) -> PipelineError:
     where = f"pipeline stopped at {failed_step}" if failed_step else "pipeline failed"
     try:
         run = _find_run(settings, run_name)

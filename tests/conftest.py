@@ -25,6 +25,16 @@ if TYPE_CHECKING:
 pytest_plugins = ["mlflow_stores", "monitoring_fixtures"]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On a pytest-xdist worker (`make test`: --dist loadscope --no-loadscope-reorder, each module on
+    one worker, handed out in collection order): modules with end-to-end tests (minutes each) go
+    first, after pytest-randomly's shuffle, so the workers do not end with one long module alone."""
+    if not hasattr(config, "workerinput"):
+        return
+    e2e_modules = {item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("e2e")}
+    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in e2e_modules)  # stable: keeps the shuffle
+
+
 @pytest.fixture(scope="session")
 def contract() -> DataContract:
     """The bundled example contract (card transactions)."""

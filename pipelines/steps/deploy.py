@@ -7,10 +7,13 @@ only a promoted one gets the serving alias and the Production stage (deploy_vers
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from mlops import registry
 from mlops.settings import Settings
-from pipelines.steps.evaluate import EvaluationReport
+
+if TYPE_CHECKING:  # evaluate pulls in scikit-learn, which the deploy step's process never needs
+    from pipelines.steps.evaluate import EvaluationReport
 
 
 def promotion_tags(report: EvaluationReport) -> dict[str, str]:

@@ -22,6 +22,8 @@ from mlops.step_cli import step_app
 if TYPE_CHECKING:
     from monitoring.window import WindowSpec
 
+# `mlops pipeline run --runner` (pipelines.runner.Runner), checked before pipelines/ and kfp are imported.
+PIPELINE_RUNNERS = ("kfp", "inline")
 app = typer.Typer(help="MLOps platform: data -> validated features -> model -> registry -> endpoint.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
 data_app = typer.Typer(help="Generate and ingest raw data.", no_args_is_help=True)
@@ -114,6 +116,8 @@ def run_command(
     until: Annotated[str, typer.Option(help="Train on rows before this time (ISO 8601; default: all).")] = "",
     last_weeks: Annotated[int, typer.Option(min=0, help="Train on the last N weeks before --until or now "
                                                       "(0: all data).")] = 0,
+    runner: Annotated[str, typer.Option(help="kfp: the compiled pipeline on kfp.local, a process per step; "
+                                             "inline: the same steps in this process (debugging).")] = "kfp",
 ) -> None:
     """Run the compiled pipeline locally with kfp.local: one line per step, the steps' logs in a file.
 
@@ -125,19 +129,21 @@ def run_command(
     from mlops.preflight import check_source, check_tracking_server
     from mlops.run_lock import exclusive_pipeline_run
 
+    if runner not in PIPELINE_RUNNERS:
+        _error_exit(f"--runner must be one of {', '.join(PIPELINE_RUNNERS)}, got {runner!r}", 2)
     settings = _settings()
     try:  # refused before kfp, pandas and MLflow are even imported
         resolve_window(since, until, last_weeks)
         check_source(source)
         with exclusive_pipeline_run(settings):
             check_tracking_server(settings.resolved_tracking_uri)
-            _run_locked(source, settings, run_name, verbose, (since, until, last_weeks), time.monotonic())
+            _run_locked(source, settings, run_name, verbose, (since, until, last_weeks), time.monotonic(), runner)
     except MLOpsError as exc:
         _fail(exc)
 
 
 def _run_locked(source: str, settings: Settings, run_name: str, verbose: bool, window: tuple[str, str, int],
-                started: float) -> None:
+                started: float, runner: str = "kfp") -> None:
     """The pipeline run of ``mlops pipeline run``, under the run lock."""
     import time
 
@@ -150,7 +156,8 @@ def _run_locked(source: str, settings: Settings, run_name: str, verbose: bool, w
     try:
         outcome = run_pipeline(source, settings, run_name=name, verbose=verbose,
                                on_step=lambda step: console.print(step.line, highlight=False),
-                               since=since, until=until, last_weeks=last_weeks)
+                               since=since, until=until, last_weeks=last_weeks,
+                               runner="inline" if runner == "inline" else "kfp")
     except MLOpsError as exc:
         _fail(exc, see=logs)
     console.print(f"done in {time.monotonic() - started:.0f} s: MLflow run {outcome.run_id}, "

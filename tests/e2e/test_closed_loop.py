@@ -101,7 +101,8 @@ def test_drift_switches_to_fallback_retrains_and_the_service_follows(home: Setti
     data = generate_transactions(ROWS, seed=21)
     source = tmp_path / "train.parquet"
     data.to_parquet(source, index=False)
-    champion = run_pipeline(str(source), settings, run_name="champion")
+    # The champion's steps run in this process (the inline runner); the retraining below is kfp.local.
+    champion = run_pipeline(str(source), settings, run_name="champion", runner="inline")
     assert champion.decision == "promote"
     champion_version = str(champion.version)
     # The fallback: a known-good version under its own alias (here the champion's artifacts again).

@@ -206,8 +206,15 @@ def _online_store_bytes(settings: Settings) -> bytes:
 
 
 def test_rerun_on_same_data_gives_identical_metrics_and_keeps_production(platform: Platform) -> None:
+    """The rerun goes through the inline runner (the same steps in this process) and the first run
+    went through kfp.local: identical metrics and histories show both runners give the same outcome."""
     online_before = _online_store_bytes(platform.settings)
-    again = run_pipeline(str(platform.source), platform.settings, run_name="again")
+    steps: list[StepReport] = []
+    again = run_pipeline(str(platform.source), platform.settings, run_name="again", runner="inline",
+                         on_step=steps.append)
+    assert [(s.step, s.succeeded) for s in steps] == [(step, True) for step in (
+        "ingest", "validate", "preprocess", "train", "export", "evaluate")]  # no deploy after a reject
+    assert steps[5].figure.endswith("-> reject")
     first_metrics = _run_metrics(platform.settings, platform.first.run_id)
     again_metrics = _run_metrics(platform.settings, again.run_id)
     test_keys = [k for k in first_metrics if k.startswith("test_")]
@@ -229,7 +236,8 @@ def test_worse_model_is_registered_but_not_promoted(platform: Platform) -> None:
     shuffled[label] = np.random.default_rng(0).permutation(shuffled[label].to_numpy())
     source = platform.source.with_name("shuffled.parquet")
     shuffled.to_parquet(source, index=False)
-    worse = run_pipeline(str(source), platform.settings, run_name="shuffled")
+    # The decision is the subject, not the runner: the steps run in this process (pipelines.inline_runner).
+    worse = run_pipeline(str(source), platform.settings, run_name="shuffled", runner="inline")
     assert worse.decision == "reject"
     assert worse.version is not None
     assert registry.alias_version(platform.settings) == platform.first.version

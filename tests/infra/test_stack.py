@@ -8,9 +8,9 @@ Then the MLflow server is killed while the compiled pipeline runs (`mlops pipeli
 one clear line, exit 1, nothing promoted (read straight from PostgreSQL). The stack is torn down
 however the tests end, and no recorded process may survive it.
 
-The first run calls the pipeline's tasks (what each KFP component calls) in this process, in the
-pipeline's order: kfp.local starts a fresh interpreter per step, which on two shared cores costs
-minutes, and tests/e2e/test_pipeline_e2e.py already runs that path; the stores are what is new here.
+The first run calls the pipeline's steps in this process (the inline runner, pipelines/inline_runner.py):
+kfp.local starts a fresh interpreter per step, which on two shared cores costs minutes, and
+tests/e2e/test_pipeline_e2e.py already runs that path; the stores are what is new here.
 """
 
 from __future__ import annotations
@@ -43,16 +43,8 @@ from mlops.errors import RegistryError, StackError
 from mlops.online_features import materialize_online
 from mlops.settings import Settings
 from pipelines.demo import replay_start, request_body
+from pipelines.runner import run_pipeline
 from pipelines.steps.preprocess import time_split
-from pipelines.tasks import (
-    deploy_task,
-    evaluate_task,
-    export_task,
-    ingest_task,
-    preprocess_task,
-    train_task,
-    validate_task,
-)
 
 
 def _missing_binaries() -> list[str]:
@@ -138,35 +130,20 @@ def test_stack_is_configured_by_the_profile(running: RunningStack) -> None:
         native_stack.up(settings)
 
 
-def _pipeline_in_process(source: Path, work: Path) -> tuple[str, str]:
-    """The pipeline's steps in its order (pipelines/pipeline.py); returns (decision, version)."""
-    snapshot, splits = work / "snapshot.parquet", {name: work / f"{name}.parquet" for name in
-                                                   ("train", "validation", "test")}
-    run_id, _ = ingest_task(str(source), snapshot, "on-stack")
-    validate_task(snapshot, run_id, work / "validation")
-    preprocess_task(snapshot, run_id, splits)
-    train_task(splits["train"], splits["validation"], splits["test"], run_id, work / "model")
-    model_uri = export_task(work / "model", splits["test"], run_id, work / "onnx")
-    decision, version = evaluate_task(splits["train"], splits["test"], work / "onnx", model_uri, run_id,
-                                      work / "evaluation")
-    if decision == "promote":
-        deploy_task(run_id)
-    return decision, version
-
-
 def _keys(client: redis.Redis) -> int:
     return cast(int, client.dbsize())
 
 
 @pytest.fixture(scope="module")
-def promoted(running: RunningStack, tmp_path_factory: pytest.TempPathFactory) -> str:
+def promoted(running: RunningStack) -> str:
     """The first pipeline run on the stack (both tests below need it, in either order): its version."""
     started = time.monotonic()
-    decision, version = _pipeline_in_process(running.source, tmp_path_factory.mktemp("first-run"))
+    outcome = run_pipeline(str(running.source), running.settings, run_name="on-stack", runner="inline")
     print(f"pipeline steps on the stack: {time.monotonic() - started:.1f} s")
-    assert decision == "promote"
-    assert registry.alias_version(running.settings) == version
-    return version
+    assert outcome.decision == "promote"
+    assert outcome.version is not None
+    assert registry.alias_version(running.settings) == outcome.version
+    return outcome.version
 
 
 def test_pipeline_on_the_stack_promotes_and_the_service_serves_it(running: RunningStack, promoted: str) -> None:

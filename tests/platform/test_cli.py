@@ -36,6 +36,7 @@ def test_generate_writes_parquet_and_csv(tmp_path: Path) -> None:
         (["data", "generate", "--out", "x.csv", "--scenario", "meteor"], "unknown scenario 'meteor'"),
         (["data", "ingest", "/nonexistent/tx.csv"], "source not found: /nonexistent/tx.csv"),
         (["data", "ingest", "tx.json"], "cannot tell the format"),
+        (["pipeline", "run", "tx.csv", "--runner", "argo"], "--runner must be one of kfp, inline, got 'argo'"),
     ],
 )
 def test_bad_input_exits_2_with_a_message(args: list[str], message: str) -> None:
