@@ -226,7 +226,8 @@ def test_offline_history_rows_are_the_online_histories(contract: DataContract) -
         assert list(table.columns) == [key, TS, "events", "newest_event_us"]
         online: dict[str, History] = {}
         expected = []
-        for (entity, instant), group in frame.groupby([key, TS], sort=True):
+        for (entity_key, instant), group in frame.groupby([key, TS], sort=True):
+            entity = str(entity_key)
             history = online.get(entity, empty_history(view))
             for _, row in group.iterrows():
                 history = append_event(view, history, row["transaction_id"], to_micros(row[TS]),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from datetime import timedelta
 from pathlib import Path
@@ -61,6 +62,19 @@ def test_experiment_artifacts_live_under_home(settings: Settings) -> None:
     assert location == settings.artifact_root.as_uri()
 
 
+def test_a_client_creates_home_and_passes_the_retry_setting_on(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    # Set, then deleted: both recorded, so the value the client writes is removed after the test.
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES")
+    registry.client(Settings(home=tmp_path / "new" / "home"))
+    assert (tmp_path / "new" / "home").is_dir()
+    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ  # unset: MLflow's own default
+    registry.client(Settings(home=tmp_path / "home", tracking_http_retries=3))
+    assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "3"
+
+
 def test_no_alias_means_not_ready(settings: Settings, tmp_path: Path) -> None:
     registry.ensure_experiment(settings)
     assert registry.alias_version(settings) is None
@@ -94,7 +108,7 @@ def test_promote_moves_alias_and_stage_and_archives_previous(settings: Settings,
     rows = registry.list_versions(settings)
     assert [r["version"] for r in rows] == [v2, v1]
     assert rows[0]["aliases"] == "production"
-    assert rows[1]["decision"] == "promote"
+    assert (rows[1]["decision"], rows[1]["run_id"]) == ("promote", first_run)
 
 
 def test_missing_version_is_not_found(settings: Settings, tmp_path: Path) -> None:
@@ -208,7 +222,7 @@ def test_an_unreachable_registry_is_an_error_never_no_model(tmp_path: Path, monk
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     outage = Settings(home=tmp_path / "home", tracking_uri=f"sqlite:///{dead}/mlflow.db")
 
-    with pytest.raises(RegistryError, match="registry"):
+    with pytest.raises(RegistryError, match=r"^model registry unreachable: FileExistsError: \[Errno 17\]"):
         registry.alias_version(outage)
     with pytest.raises(RegistryError):
         registry.promote(outage, "1", expected=None, actor="pipeline")
