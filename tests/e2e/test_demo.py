@@ -10,6 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from mlops import registry
+from mlops.inference import OnnxModel
+from mlops.prediction_log import log_dir, read_predictions
+from mlops.settings import Settings
+
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 
@@ -28,7 +33,16 @@ def test_demo_runs_end_to_end_and_stops_the_service(tmp_path: Path) -> None:
     answers = re.findall(r"│\s+(fraud|legit)\s+│\s+([0-9.]+)\s+│\s+(fraud|legit)\s+│\s+1\s+│", output)
     assert len(answers) == 8, output[-3000:]
     assert {actual for actual, _, _ in answers} == {"fraud", "legit"}
-    assert all(0.0 <= float(probability) <= 1.0 for _, probability, _ in answers)
+    # Each printed answer is what the service logged; the served model scores the logged inputs and
+    # features to that probability, and the decision is that probability against the model's threshold.
+    settings = Settings(home=tmp_path / "home")
+    model = OnnxModel(registry.download_serving_model(settings, tmp_path / "served").onnx_path)
+    logged = read_predictions(log_dir(settings))
+    assert len(logged) == 8
+    rescored = model.predict_proba([{**r.inputs, **r.features} for r in logged])
+    assert [r.probability for r in logged] == pytest.approx(rescored.tolist(), abs=1e-6)
+    assert [r.decision for r in logged] == ["fraud" if r.probability >= model.threshold else "legit" for r in logged]
+    assert sorted((f"{r.probability:.4f}", r.decision) for r in logged) == sorted((p, d) for _, p, d in answers)
     assert "service stopped" in output
     assert "mlflow ui --backend-store-uri sqlite:///" in output
     assert "make serve" in output

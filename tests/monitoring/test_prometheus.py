@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import numpy as np
 import pytest
 import yaml
 from prometheus_stack import BINARIES, MISSING_REASON, PROMETHEUS_DIR, PrometheusStack, prometheus_stack, until
@@ -38,6 +39,21 @@ pytestmark = pytest.mark.skipif(not all(BINARIES.values()), reason=MISSING_REASO
 NO_DATA_EXPECTED = ("serving", "gpu")
 
 
+def _assert_rendered(png: Path, dashboard: Path, *, drawn: bool) -> None:
+    """A decodable PNG of the figure's size (two panels a row, 13 x 3 inches each row at 70 dpi);
+    a dashboard with data shows at least one line in matplotlib's first colour (tab:blue)."""
+    from PIL import Image
+
+    panels = len(json.loads(dashboard.read_text())["panels"])
+    with Image.open(png) as image:
+        image.load()
+        assert (image.format, image.size) == ("PNG", (13 * 70, 3 * 70 * ((panels + 1) // 2)))
+        pixels = np.asarray(image.convert("RGB"), dtype=np.int32)
+    first_colour = int((np.abs(pixels - (31, 119, 180)).sum(axis=2) < 40).sum())
+    if drawn:
+        assert first_colour > 0, f"{dashboard.stem}: no plotted line in the PNG"
+
+
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[PrometheusStack]:
     with prometheus_stack(tmp_path) as started:
@@ -60,8 +76,11 @@ def test_prometheus_scrapes_the_jobs_and_every_panel_and_rule_evaluates(
     ingest_labels(labels, contract, settings.monitoring_dir)
     record = run_drift(settings, WindowSpec(start=datetime.now(UTC) - timedelta(days=1)))
     quality = run_quality(settings, WindowSpec(), "1D")
-    assert quality
-    assert quality[-1].labelled > 0
+    # Every logged row of the window got its label: the daily buckets (two when the last
+    # len(window) seconds span midnight) add up to the window, positives to its frauds.
+    assert sum(r.labelled for r in quality) == len(window)
+    assert sum(r.positives for r in quality) == int(window[contract.label_column].sum())
+    assert {r.model_version for r in quality} == {str(version)}
 
     until(lambda: bool(stack.query("mlops_drift_level")) and bool(stack.query("mlops_model_quality")),
            "Prometheus to scrape the pushed metrics")
@@ -77,7 +96,8 @@ def test_prometheus_scrapes_the_jobs_and_every_panel_and_rule_evaluates(
                 result = stack.query(target["expr"])
                 if dashboard.stem not in NO_DATA_EXPECTED:
                     assert result, f"{dashboard.stem}: {panel['title']}: {target['expr']} returned no data"
-        assert render(dashboard, prometheus, tmp_path / "png", time.time() - 60, time.time(), 1.0).stat().st_size > 0
+        _assert_rendered(render(dashboard, prometheus, tmp_path / "png", time.time() - 60, time.time(), 1.0),
+                         dashboard, drawn=dashboard.stem not in NO_DATA_EXPECTED)
 
     rules = yaml.safe_load((PROMETHEUS_DIR / "alerts.yml").read_text())
     for group in rules["groups"]:

@@ -75,7 +75,9 @@ def test_materialization_is_incremental(contract: DataContract, tmp_path: Path) 
     first = materialize_online(settings, contract, middle)
     second = materialize_online(settings, contract, middle)
     third = materialize_online(settings, contract, (frame[TS].max() + timedelta(seconds=1)).to_pydatetime())
-    assert first["customer_history"] > 0
+    before = frame[frame[TS] <= pd.Timestamp(middle)]
+    assert first == {"customer_history": before["customer_id"].nunique(),
+                     "merchant_history": before["merchant_id"].nunique()}
     assert second == {"customer_history": 0, "merchant_history": 0}
     assert third["customer_history"] == frame[frame[TS] > pd.Timestamp(middle)]["customer_id"].nunique()
 

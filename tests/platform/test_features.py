@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import random
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pandas as pd
@@ -16,9 +16,10 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from mlops.contract import DataContract
+from mlops.contract import DataContract, FeatureSpec, FeatureViewSpec
 from mlops.feature_store import publish_features, read_offline_tables, training_features
 from mlops.features import (
+    History,
     append_event,
     build_history_table,
     compute_features,
@@ -26,6 +27,7 @@ from mlops.features import (
     empty_history,
     merge_histories,
     replay_features,
+    stored_fields,
     to_micros,
     unknown_entities,
 )
@@ -92,18 +94,15 @@ def assert_features_equal(got: pd.DataFrame, expected: pd.DataFrame) -> None:
 def test_the_current_transaction_and_its_instant_are_excluded(contract: DataContract) -> None:
     frame = stream_frame([("c1", "m1", timedelta(0), 10.0), ("c1", "m1", timedelta(0), 20.0),
                           ("c1", "m1", timedelta(minutes=30), 5.0), ("c1", "m1", timedelta(hours=1), 7.0)])
-    expected = brute_force(frame, contract)
+    expected = replay_features(frame, contract)
+    assert_features_equal(expected, brute_force(frame, contract))
     assert expected["customer_txn_count_1h"].tolist() == [0.0, 0.0, 2.0, 3.0]  # [t - 1h, t): t itself out, t - 1h in
     assert expected["customer_amount_sum_24h"].tolist() == [0.0, 0.0, 30.0, 35.0]
     assert expected["customer_seconds_since_previous"].tolist() == [2_592_000.0, 2_592_000.0, 1800.0, 1800.0]
 
 
-@hypothesis_settings(max_examples=60, deadline=None)
-@given(events=STREAMS)
-def test_history_table_as_of_each_row_matches_brute_force(contract: DataContract,
-                                                          events: list[tuple[str, str, timedelta, float]]) -> None:
-    """The offline history rows, picked as of each transaction the way the join picks them."""
-    frame = stream_frame(events)
+def features_from_history_tables(frame: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
+    """Each row's features from the offline history rows, picked as of it the way the join picks them."""
     tables = {v.view_name: build_history_table(frame, contract, v) for v in contract.feature_views}
     got = []
     for _, row in frame.iterrows():
@@ -114,7 +113,149 @@ def test_history_table_as_of_each_row_matches_brute_force(contract: DataContract
             in_force = table[(table[key] == row[key]) & (table[TS] <= row[TS])]
             histories[view.view_name] = decode_history(view, in_force.iloc[-1]["events"])
         got.append(compute_features(contract, histories, row[TS]))
-    assert_features_equal(pd.DataFrame(got, index=frame.index), brute_force(frame, contract))
+    return pd.DataFrame(got, index=frame.index)
+
+
+@hypothesis_settings(max_examples=60, deadline=None)
+@given(events=STREAMS)
+def test_history_table_as_of_each_row_matches_brute_force(contract: DataContract,
+                                                          events: list[tuple[str, str, timedelta, float]]) -> None:
+    frame = stream_frame(events)
+    assert_features_equal(features_from_history_tables(frame, contract), brute_force(frame, contract))
+
+
+# One stream that sits on every edge (a deterministic, fast counterpart of the hypothesis tests, for
+# `make mutation`): an event exactly at t - 1h and t - 24h (in), one second beyond (out), two events
+# of one instant, a 10-day gap past the 7-day history horizon, gaps above and below the 30-day cap.
+_DAY = timedelta(days=1)
+EDGE_STREAM = [
+    ("c1", "m1", timedelta(0), 100.0),
+    ("c1", "m2", 10 * _DAY, 5.0),
+    ("c1", "m1", 10 * _DAY + timedelta(hours=1), 7.0),
+    ("c1", "m1", 10 * _DAY + timedelta(hours=1), 9.0),
+    ("c1", "m2", 11 * _DAY + timedelta(hours=1), 2.0),
+    ("c1", "m1", 11 * _DAY + timedelta(hours=1, seconds=1), 50.0),
+    ("c1", "m1", 17 * _DAY + timedelta(hours=1, seconds=1), 1.0),
+    ("c2", "m1", 60 * _DAY, 3.0),
+    ("c2", "m1", 89 * _DAY, 4.0),
+]
+CAP = 30 * 86_400.0
+
+
+def test_edge_stream_features_by_hand(contract: DataContract) -> None:
+    frame = stream_frame(EDGE_STREAM)
+    for expected in (replay_features(frame, contract), brute_force(frame, contract)):
+        _assert_edge_stream_values(expected)
+
+
+def _assert_edge_stream_values(expected: pd.DataFrame) -> None:
+    assert expected["customer_seconds_since_previous"].tolist() == [
+        CAP, 864_000.0, 3_600.0, 3_600.0, 86_400.0, 1.0, 518_400.0, CAP, 2_505_600.0]
+    assert expected["customer_txn_count_1h"].tolist() == [0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0]
+    assert expected["customer_txn_count_24h"].tolist() == [0.0, 0.0, 1.0, 1.0, 2.0, 1.0, 0.0, 0.0, 0.0]
+    assert expected["customer_amount_sum_24h"].tolist() == [0.0, 0.0, 5.0, 5.0, 16.0, 2.0, 0.0, 0.0, 0.0]
+    assert expected["customer_amount_max_24h"].tolist() == [0.0, 0.0, 5.0, 5.0, 9.0, 2.0, 0.0, 0.0, 0.0]
+    assert expected["customer_amount_mean_7d"].tolist() == [0.0, 0.0, 5.0, 5.0, 7.0, 23 / 4, 26.0, 0.0, 0.0]
+    assert expected["merchant_seconds_since_previous"].tolist() == [
+        CAP, CAP, 864_000.0 + 3_600.0, 864_000.0 + 3_600.0, 90_000.0, 86_400.0 + 1.0, 518_400.0, CAP, 2_505_600.0]
+
+
+def test_edge_stream_online_and_offline_paths_match_brute_force(contract: DataContract) -> None:
+    frame = stream_frame(EDGE_STREAM)
+    expected = brute_force(frame, contract)
+    assert_features_equal(replay_features(frame.sample(frac=1.0, random_state=1), contract).loc[frame.index], expected)
+    assert_features_equal(features_from_history_tables(frame, contract), expected)
+
+
+def test_history_keeps_the_horizon_and_the_previous_instant(contract: DataContract) -> None:
+    view = contract.feature_views[0]  # customer: 7-day horizon
+    t0 = to_micros(BASE)
+    day = 86_400 * 1_000_000
+    history = empty_history(view)
+    for event_id, t_us, amount in [("a", t0, 1.0), ("b", t0 + 10 * day, 2.0)]:
+        appended = append_event(view, history, event_id, t_us, {"amount": amount})
+        assert appended is not None
+        history = appended
+    assert (history.ids, history.values["amount"]) == (("a", "b"), (1.0, 2.0))  # "a": the previous instant
+    assert append_event(view, history, "b", t0 + 10 * day, {"amount": 2.0}) is None  # a retry records nothing
+    newer = append_event(view, history, "c", t0 + 10 * day + 1, {"amount": 3.0})
+    assert newer is not None
+    assert newer.ids == ("b", "c")  # "a" is older than the horizon and no longer the previous instant
+    at_horizon = append_event(view, newer, "d", t0 + 17 * day, {"amount": 4.0})
+    assert at_horizon is not None
+    assert at_horizon.ids == ("b", "c", "d")  # "b" lies exactly one horizon back: kept
+
+
+def test_stored_history_round_trips_and_reads_in_time_order(contract: DataContract) -> None:
+    view = contract.feature_views[0]
+    stored = '{"ids":["late","early"],"times":[20,10],"values":{"amount":[0.1,2.5]}}'
+    history = decode_history(view, stored)
+    assert (history.ids, history.times, history.values["amount"]) == (("early", "late"), (10, 20), (2.5, 0.1))
+    assert decode_history(view, history.encode(view)) == history
+    assert stored_fields(view, history) == {"events": history.encode(view), "newest_event_us": 20}
+    for missing in (None, float("nan"), '{"ids":[],"times":[],"values":{"amount":[]}}'):
+        assert decode_history(view, missing) == empty_history(view)
+    for wrong_type, name in ((7, "int"), (1.5, "float")):
+        with pytest.raises(ValueError, match=f"history of customer_history is a {name}, not JSON text"):
+            decode_history(view, wrong_type)
+    with pytest.raises(ValueError, match="zip"):  # a torn record: two ids, one time
+        decode_history(view, '{"ids":["a","b"],"times":[1],"values":{"amount":[1.0,2.0]}}')
+    assert merge_histories(view, empty_history(view), empty_history(view)) == empty_history(view)
+
+
+def test_a_view_over_two_columns_keeps_each_columns_values() -> None:
+    view = FeatureViewSpec(entity="customer", features=(
+        FeatureSpec(name="amount_sum_1h", agg="sum", column="amount", window="1h"),
+        FeatureSpec(name="fee_max_1h", agg="max", column="fee", window="1h")))
+    history = empty_history(view)
+    for event_id, t_us, amount, fee in (("b", 20, 2.0, 0.25), ("a", 10, 1.0, 0.5)):
+        appended = append_event(view, history, event_id, t_us, {"amount": amount, "fee": fee})
+        assert appended is not None
+        history = appended
+    assert (history.ids, dict(history.values)) == (("a", "b"), {"amount": (1.0, 2.0), "fee": (0.5, 0.25)})
+    assert decode_history(view, history.encode(view)) == history
+
+
+def test_offline_history_rows_are_the_online_histories(contract: DataContract) -> None:
+    """Per entity and instant, the offline row holds what write-through left online after that instant."""
+    # Whole amounts, as a CSV of them reads: integers, stored like the floats serving writes.
+    frame = stream_frame(EDGE_STREAM).assign(amount=lambda f: f["amount"].round().astype("int64"))
+    for view in contract.feature_views:
+        key = contract.entity(view.entity).join_key
+        table = build_history_table(frame, contract, view)
+        assert list(table.columns) == [key, TS, "events", "newest_event_us"]
+        online: dict[str, History] = {}
+        expected = []
+        for (entity_key, instant), group in frame.groupby([key, TS], sort=True):
+            entity = str(entity_key)
+            history = online.get(entity, empty_history(view))
+            for _, row in group.iterrows():
+                history = append_event(view, history, row["transaction_id"], to_micros(row[TS]),
+                                       {"amount": float(row["amount"])}) or history
+            online[entity] = history
+            expected.append({key: entity, TS: instant, **stored_fields(view, history)})
+        expected.sort(key=lambda r: (r[TS], r[key]))
+        assert table.to_dict("records") == expected
+        empty = build_history_table(frame.iloc[:0], contract, view)
+        assert (len(empty), list(empty.columns)) == (0, [key, TS, "events", "newest_event_us"])
+
+
+@pytest.mark.parametrize(("moment", "hour_angle", "day_angle"), [
+    # Monday 06:00 UTC: a quarter turn of the day, a quarter of a day into the week.
+    (datetime(2026, 3, 2, 6, 0, tzinfo=UTC), math.pi / 2, 2 * math.pi * 0.25 / 7),
+    # The same instant written at +02:00, and naive (read as UTC) on Sunday 18:00:30.
+    (datetime(2026, 3, 2, 8, 0, tzinfo=timezone(timedelta(hours=2))), math.pi / 2, 2 * math.pi * 0.25 / 7),
+    (datetime(2026, 3, 8, 18, 0, 30), 2 * math.pi * 64_830 / 86_400, 2 * math.pi * (6 + 64_830 / 86_400) / 7),
+    (datetime(2026, 3, 8, 18, 0, 30, 500_000, tzinfo=UTC), 2 * math.pi * 64_830.5 / 86_400,
+     2 * math.pi * (6 + 64_830.5 / 86_400) / 7),
+])
+def test_time_features_encode_the_utc_hour_and_weekday(contract: DataContract, moment: datetime,
+                                                       hour_angle: float, day_angle: float) -> None:
+    got = compute_features(contract, {}, moment)
+    assert [got[n] for n in contract.time_features] == pytest.approx(
+        [math.sin(hour_angle), math.cos(hour_angle), math.sin(day_angle), math.cos(day_angle)], abs=1e-12)
+    since_epoch = (moment if moment.tzinfo else moment.replace(tzinfo=UTC)) - datetime(1970, 1, 1, tzinfo=UTC)
+    assert to_micros(moment) == since_epoch // timedelta(microseconds=1)
 
 
 @pytest.fixture(scope="module")

@@ -101,6 +101,7 @@ def test_same_bytes_twice_reuse_the_snapshot(tmp_path: Path, frame: pd.DataFrame
     assert second.path == first.path
     assert second.sha256 == first.sha256
     assert second.rows == first.rows
+    assert second.source == str(copy)  # the snapshot is shared; the answer names this run's source
     assert first.path.stat().st_mtime_ns == data_mtime
     assert first.meta_path.stat().st_mtime_ns == meta_mtime
     assert [p.name for p in snapshots.iterdir()] == [first.sha256]
@@ -240,7 +241,8 @@ def test_delimiter_is_sniffed_from_the_header(tmp_path: Path, frame: pd.DataFram
     pd.testing.assert_series_equal(stored["amount"], frame["amount"])
     assert stored["event_timestamp"].notna().all()
     # The user is told which delimiter was read, and why.
-    assert f"{source} looks {sep!r}-delimited (its header splits into the contract's columns)" in caplog.text
+    assert caplog.messages == [
+        f"{source} looks {sep!r}-delimited (its header splits into the contract's columns); read it so"]
 
 
 def test_a_comma_file_reads_without_a_delimiter_note(tmp_path: Path, frame: pd.DataFrame, contract: DataContract,
@@ -323,6 +325,7 @@ def test_refused_connection_is_named_not_reported_as_missing(tmp_path: Path, con
     with pytest.raises(IngestError) as info:
         ingest(f"http://127.0.0.1:{port}/tx.csv", tmp_path / "snapshots", contract)
     assert info.value.message == f"cannot read source http://127.0.0.1:{port}/tx.csv: connection refused"
+    assert info.value.field == "source"
 
 
 def test_files_over_a_mebibyte_differing_only_at_the_end_get_different_snapshots(

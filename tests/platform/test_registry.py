@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import warnings
+from datetime import timedelta
 from pathlib import Path
 
 import onnx
@@ -21,6 +23,21 @@ def _identity_model() -> onnx.ModelProto:
         [helper.make_tensor_value_info("probability", TensorProto.FLOAT, ["batch"])],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+
+
+# The migrated empty store's bytes, kept for the process: `make mutation` runs pytest once per
+# mutant in processes forked from one that already ran these tests, so none of them migrates again.
+_MIGRATED_STORE: list[bytes] = []
+
+
+@pytest.fixture
+def mlflow_home(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
+    if not _MIGRATED_STORE:
+        _MIGRATED_STORE.append(request.getfixturevalue("mlflow_template").read_bytes())
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "mlflow.db").write_bytes(_MIGRATED_STORE[0])
+    return home
 
 
 @pytest.fixture
@@ -45,10 +62,24 @@ def test_experiment_artifacts_live_under_home(settings: Settings) -> None:
     assert location == settings.artifact_root.as_uri()
 
 
+def test_a_client_creates_home_and_passes_the_retry_setting_on(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    # Set, then deleted: both recorded, so the value the client writes is removed after the test.
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES")
+    registry.client(Settings(home=tmp_path / "new" / "home"))
+    assert (tmp_path / "new" / "home").is_dir()
+    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ  # unset: MLflow's own default
+    registry.client(Settings(home=tmp_path / "home", tracking_http_retries=3))
+    assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "3"
+
+
 def test_no_alias_means_not_ready(settings: Settings, tmp_path: Path) -> None:
     registry.ensure_experiment(settings)
     assert registry.alias_version(settings) is None
-    with pytest.raises(ModelNotReadyError, match="holds alias 'production'"):
+    with pytest.raises(ModelNotReadyError, match=r"holds alias 'production' yet; run the pipeline first "
+                                                 r"\(mlops pipeline run\)$"):
         registry.download_serving_model(settings, tmp_path / "dl")
 
 
@@ -67,12 +98,17 @@ def test_promote_moves_alias_and_stage_and_archives_previous(settings: Settings,
         stages = {v: client.get_model_version(settings.model_name, v).current_stage for v in (v1, v2)}
     assert stages == {v1: "Archived", v2: "Production"}
     served = registry.download_serving_model(settings, tmp_path / "dl")
-    assert (served.version, served.run_id) == (v2, second_run)
+    assert (served.name, served.version, served.run_id) == (settings.model_name, v2, second_run)
+    assert served.onnx_path.is_relative_to(tmp_path / "dl")  # where the caller asked, not a temp folder
+    registry.promote(settings, v1, alias="challenger", actor="test")
+    assert registry.download_serving_model(settings, tmp_path / "challenger", alias="challenger").version == v1
+    # Moves without an actor or reason are still recorded, as by "unknown" with no reason.
+    assert [(c.actor, c.reason) for c in registry.history(settings, "production")] == [("unknown", "")] * 2
     assert onnx.load(str(served.onnx_path)).graph.node[0].op_type == "Identity"
     rows = registry.list_versions(settings)
     assert [r["version"] for r in rows] == [v2, v1]
     assert rows[0]["aliases"] == "production"
-    assert rows[1]["decision"] == "promote"
+    assert (rows[1]["decision"], rows[1]["run_id"]) == ("promote", first_run)
 
 
 def test_missing_version_is_not_found(settings: Settings, tmp_path: Path) -> None:
@@ -96,13 +132,84 @@ def test_every_move_is_audited_and_rollback_returns_to_the_previous_version(sett
         (None, v1, "alice"), (v1, v2, "bob"), (v2, v1, "carol")]
 
 
+def test_rollback_follows_the_serving_alias_only(settings: Settings) -> None:
+    uri, run_id = _logged_model(settings)
+    v1, v2, v3 = (registry.register_version(settings, uri, run_id, {}) for _ in range(3))
+    registry.promote(settings, v1, expected=None, actor="alice")
+    registry.promote(settings, v2, expected=v1, actor="bob")
+    registry.promote(settings, v3, alias="challenger", expected=None, actor="carol")  # the latest move overall
+
+    change = registry.rollback(settings, actor="dave", reason="")
+
+    assert registry.aliases(settings) == {"production": v1, "challenger": v3}
+    assert (change.alias, change.from_version, change.to_version, change.reason) == ("production", v2, v1, "rollback")
+    assert change.at.utcoffset() == timedelta(0)
+
+
+def test_rollback_refuses_when_the_alias_moved_outside_the_audit(settings: Settings) -> None:
+    uri, run_id = _logged_model(settings)
+    v1, v2, v3 = (registry.register_version(settings, uri, run_id, {}) for _ in range(3))
+    registry.promote(settings, v1, expected=None, actor="alice")
+    registry.promote(settings, v2, expected=v1, actor="bob")
+    registry.client(settings).set_registered_model_alias(settings.model_name, "production", v3)  # by hand, e.g. the UI
+
+    with pytest.raises(PromotionConflictError, match="expected 2, now 3; nothing changed"):
+        registry.rollback(settings, actor="carol", reason="alert fired")
+    assert registry.alias_version(settings) == v3
+
+
+def test_store_refusals_are_registry_errors_and_a_missing_version_is_not_found(
+        settings: Settings, tmp_path: Path) -> None:
+    uri, run_id = _logged_model(settings)
+    registry.register_version(settings, uri, run_id, {})
+    with pytest.raises(NotFoundError) as missing:
+        registry.promote(settings, "9", actor="test")
+    assert missing.value.message == f"model {settings.model_name} version 9 not found"
+    with pytest.raises(RegistryError) as refused:
+        registry.promote(settings, "latest", actor="test")
+    assert refused.value.message.startswith("model registry failed moving alias 'production': Parameter 'version'")
+    with pytest.raises(RegistryError) as refused:
+        registry.download_version(settings, "latest", tmp_path / "dl")
+    assert refused.value.message.startswith("model registry failed reading version latest: Parameter 'version'")
+    with pytest.raises(RegistryError) as refused:  # a store that refuses the request is not "no model"
+        registry.aliases(settings.model_copy(update={"model_name": "team/fraud"}))
+    assert refused.value.message.startswith("model registry failed reading 'team/fraud': Invalid model name")
+
+
+def test_rollback_without_an_earlier_version_is_refused(settings: Settings) -> None:
+    refused = "alias 'production' has no earlier version to roll back to"
+    with pytest.raises(PromotionConflictError, match=refused):  # nothing registered yet
+        registry.rollback(settings, actor="test", reason="")
+    uri, run_id = _logged_model(settings)
+    registry.promote(settings, registry.register_version(settings, uri, run_id, {}), expected=None, actor="test")
+    with pytest.raises(PromotionConflictError, match=refused):  # the first model replaced none
+        registry.rollback(settings, actor="test", reason="")
+
+
+def test_versions_are_listed_without_aliases_and_apart_from_other_models(settings: Settings) -> None:
+    uri, run_id = _logged_model(settings)
+    version = registry.register_version(settings, uri, run_id, {"decision": "keep"})
+    registry.register_version(settings.model_copy(update={"model_name": "another-model"}), uri, run_id, {})
+
+    def listed() -> list[tuple[str, str, str, str]]:
+        return [(r["version"], r["aliases"], r["stage"], r["decision"]) for r in registry.list_versions(settings)]
+
+    assert listed() == [(version, "", "None", "keep")]
+    registry.promote(settings, version, actor="test")
+    registry.promote(settings, version, alias="challenger", actor="test")
+    assert listed() == [(version, "challenger,production", "Production", "keep")]
+
+
 def test_a_stale_expectation_moves_nothing(settings: Settings) -> None:
     uri, run_id = _logged_model(settings)
     v1, v2 = (registry.register_version(settings, uri, run_id, {}) for _ in range(2))
     registry.promote(settings, v1, expected=None, actor="test")
 
-    with pytest.raises(PromotionConflictError, match="expected none, now 1"):
+    with pytest.raises(PromotionConflictError) as raised:
         registry.promote(settings, v2, expected=None, actor="evaluate saw no production model")
+    assert raised.value.message == "alias 'production' moved since it was read: expected none, now 1; nothing changed"
+    with pytest.raises(PromotionConflictError, match="expected 2, now none; nothing changed"):
+        registry.promote(settings, v1, alias="challenger", expected=v2, actor="test")
 
     assert registry.alias_version(settings) == v1
     assert len(registry.history(settings)) == 1
@@ -115,7 +222,7 @@ def test_an_unreachable_registry_is_an_error_never_no_model(tmp_path: Path, monk
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     outage = Settings(home=tmp_path / "home", tracking_uri=f"sqlite:///{dead}/mlflow.db")
 
-    with pytest.raises(RegistryError, match="registry"):
+    with pytest.raises(RegistryError, match=r"^model registry unreachable: FileExistsError: \[Errno 17\]"):
         registry.alias_version(outage)
     with pytest.raises(RegistryError):
         registry.promote(outage, "1", expected=None, actor="pipeline")

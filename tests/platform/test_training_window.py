@@ -33,17 +33,27 @@ def test_times_without_an_offset_are_utc_and_offsets_are_kept() -> None:
     assert window.until == datetime(2026, 3, 1, 22, tzinfo=UTC)
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"since": "2026-03-01", "last_weeks": 2}, "give --since or --last-weeks, not both"),
-    ({"since": "2026-03-08", "until": "2026-03-01"}, "the window is empty: --since 2026-03-08"),
-    ({"since": "last tuesday"}, "--since must be an ISO 8601 time"),
-    ({"until": "2026-13-01"}, "--until must be an ISO 8601 time"),
-    ({"last_weeks": -1}, "--last-weeks must be 1 or more"),
+def test_last_weeks_without_until_or_now_counts_back_from_the_clock() -> None:
+    before = datetime.now(UTC)
+    since = resolve_window(last_weeks=1).since
+    assert since is not None
+    assert before - timedelta(weeks=1) <= since <= datetime.now(UTC) - timedelta(weeks=1)
+
+
+@pytest.mark.parametrize(("kwargs", "message", "field"), [
+    ({"since": "2026-03-01", "last_weeks": 2}, "^give --since or --last-weeks, not both$", "since"),
+    ({"since": "2026-03-08", "until": "2026-03-01"}, "the window is empty: --since 2026-03-08", "since"),
+    ({"since": "2026-03-01", "until": "2026-03-01"}, "the window is empty: --since 2026-03-01", "since"),
+    ({"since": "last tuesday"}, "--since must be an ISO 8601 time", "--since"),
+    ({"until": "2026-13-01"}, "--until must be an ISO 8601 time", "--until"),
+    ({"last_weeks": -1}, "--last-weeks must be 1 or more", "last_weeks"),
 ])
-def test_contradictory_or_malformed_windows_are_input_errors(kwargs: dict[str, object], message: str) -> None:
+def test_contradictory_or_malformed_windows_are_input_errors(kwargs: dict[str, object], message: str,
+                                                             field: str) -> None:
     with pytest.raises(InputError, match=message) as raised:
         resolve_window(**kwargs)  # type: ignore[arg-type]
     assert raised.value.exit_code == 2
+    assert raised.value.field == field
 
 
 def _frame() -> pd.DataFrame:
@@ -56,6 +66,7 @@ def test_rows_outside_the_window_are_dropped_and_counted() -> None:
     kept, outside = apply_window(_frame(), "event_timestamp", window)
     # since is inclusive, until exclusive; a row without a time stays for validation to refuse.
     assert kept["amount"].tolist() == [2.0, 3.0, 4.0]
+    assert (list(kept.columns), list(kept.index)) == (["event_timestamp", "amount"], [0, 1, 2])
     assert outside == 2
 
 
@@ -72,6 +83,10 @@ def test_an_empty_window_names_the_span_of_the_data() -> None:
                                           r"2026-03-29T00:00:00\+00:00") as raised:
         apply_window(_frame(), "event_timestamp", resolve_window(since="2027-01-01"))
     assert raised.value.exit_code == 2
+    assert raised.value.field == "event_timestamp"
+    with pytest.raises(IngestError, match=r"no rows in the training window \[the first row, "
+                                          r"2026-01-01T00:00:00\+00:00\): the data's"):
+        apply_window(_frame(), "event_timestamp", resolve_window(until="2026-01-01"))
 
 
 def test_the_run_lock_refuses_a_second_holder_and_is_released_after(tmp_path: Path) -> None:

@@ -1,0 +1,204 @@
+"""The serving predictor's decisions, fast: a real Feast online store (SQLite) and a real ONNX graph
+whose probability is the request's amount, so each test picks the score it needs exactly.
+
+test_app.py checks the same predictor inside the whole service (a trained model, seconds per test);
+these tests run in about a second, so `make mutation` can run them per mutant.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+from pydantic import BaseModel
+
+from mlops.contract import DataContract
+from mlops.errors import InputError
+from mlops.feature_store import publish_features
+from mlops.inference import OnnxModel
+from mlops.registry import ServedModel
+from mlops.settings import Settings
+from serving.lifecycle import LoadedModel
+from serving.metrics import ServiceMetrics
+from serving.predictor import Predictor, prediction_record
+from serving.schemas import build_request_model
+
+THRESHOLD = 0.5  # exact in float32, the graph's output type
+SKEW = timedelta(seconds=30)
+WHEN = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+
+
+def _amount_is_the_probability(path: Path) -> Path:
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["amount"], ["probability"])], "amount-as-probability",
+        [helper.make_tensor_value_info("amount", TensorProto.FLOAT, ["batch", 1])],
+        [helper.make_tensor_value_info("probability", TensorProto.FLOAT, ["batch", 1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
+    helper.set_model_props(model, {"threshold": str(THRESHOLD)})
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
+    path = _amount_is_the_probability(tmp_path_factory.mktemp("graph") / "model.onnx")
+    return LoadedModel(served=ServedModel("fraud-test", "7", "run-1", path), model=OnnxModel(path), alias="production")
+
+
+@pytest.fixture(scope="module")
+def predictor(contract: DataContract, tmp_path_factory: pytest.TempPathFactory) -> Predictor:
+    seed = {"transaction_id": "seed", "customer_id": "seed", "merchant_id": "seed", "event_timestamp": WHEN,
+            "amount": 1.0}
+    import pandas as pd
+
+    store = publish_features(pd.DataFrame([seed]), contract, Settings(home=tmp_path_factory.mktemp("online")))
+    return Predictor(contract, store, ServiceMetrics(), max_clock_skew=SKEW)
+
+
+@pytest.fixture(scope="module")
+def request_model(contract: DataContract) -> type[BaseModel]:
+    return build_request_model(contract)
+
+
+def _request(request_model: type[BaseModel], **fields: Any) -> BaseModel:
+    tag = uuid.uuid4().hex[:8]  # the online store is shared by the module's tests
+    body = {"transaction_id": f"T-{tag}", "customer_id": f"C-{tag}", "merchant_id": f"M-{tag}",
+            "event_timestamp": WHEN, "amount": 0.25, "merchant_category": "fuel", "channel": "pos",
+            "country": "DE"}
+    merged = {**body, **fields}
+    moment = merged["event_timestamp"]
+    # The request takes RFC 3339 text, as in a JSON body.
+    return request_model.model_validate({**merged, "event_timestamp": moment and moment.isoformat()})
+
+
+def _counter(predictor: Predictor, name: str, **labels: str) -> float:
+    return predictor.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+@pytest.mark.parametrize(("amount", "decision"), [
+    (THRESHOLD, "fraud"), (float(np.nextafter(np.float32(THRESHOLD), np.float32(0))), "legit"), (0.875, "fraud")])
+def test_the_decision_is_probability_at_or_above_the_threshold(
+        predictor: Predictor, loaded: LoadedModel, request_model: type[BaseModel], amount: float,
+        decision: str) -> None:
+    gathered = predictor.gather(_request(request_model, amount=amount))
+    [probability] = predictor.score(loaded, [gathered])
+    assert probability == amount
+    assert (gathered.unknown_entities, gathered.unknown_categories) == (["customer", "merchant"], [])
+    assert predictor.answer(loaded, gathered, probability, "r1")["decision"] == decision
+    record = prediction_record(loaded, gathered, probability, request_id="r1", latency_s=None)
+    assert record.decision == decision
+
+
+def test_answer_and_log_record_carry_the_request_and_the_model(
+        predictor: Predictor, loaded: LoadedModel, request_model: type[BaseModel]) -> None:
+    request = _request(request_model, amount=0.75, merchant_category="casino")
+    gathered = predictor.gather(request)
+    [probability] = predictor.score(loaded, [gathered])
+
+    answer = predictor.answer(loaded, gathered, probability, "req-9")
+    record = prediction_record(loaded, gathered, probability, request_id="req-9", latency_s=0.012, role="challenger")
+
+    tid, cid, mid = request.transaction_id, request.customer_id, request.merchant_id  # type: ignore[attr-defined]
+    assert answer == {
+        "transaction_id": tid, "request_id": "req-9", "probability": 0.75, "decision": "fraud",
+        "threshold": THRESHOLD, "model_name": "fraud-test", "model_version": "7",
+        "event_timestamp": WHEN.isoformat(), "unknown_entities": ["customer", "merchant"],
+        "unknown_categories": ["merchant_category"],
+    }
+    assert (record.event_id, record.event_timestamp, record.request_id, record.latency_s, record.role) == (
+        tid, WHEN, "req-9", 0.012, "challenger")
+    assert (record.model_name, record.model_version, record.probability) == ("fraud-test", "7", 0.75)
+    assert record.entities == {"customer_id": cid, "merchant_id": mid}
+    assert record.inputs == {"amount": 0.75, "merchant_category": "casino", "channel": "pos", "country": "DE"}
+    assert record.features == gathered.features
+    assert set(record.features) == set(predictor.contract.feature_names)
+    assert (record.unknown_entities, record.unknown_categories) == (["customer", "merchant"], ["merchant_category"])
+    assert abs(record.logged_at - datetime.now(UTC)) < timedelta(minutes=1)
+    assert prediction_record(loaded, gathered, probability, request_id="r", latency_s=None).role == "champion"
+
+
+def test_a_known_customer_is_not_flagged_and_its_history_counts(
+        predictor: Predictor, request_model: type[BaseModel]) -> None:
+    first = _request(request_model, amount=0.2)
+    predictor.gather(first)
+    customer = first.customer_id  # type: ignore[attr-defined]
+    unknown_before = _counter(predictor, "mlops_unknown_entities_total", entity="merchant")
+
+    later = predictor.gather(_request(request_model, customer_id=customer, event_timestamp=WHEN + timedelta(minutes=1),
+                                      amount=0.4, country="XX", channel="online"))
+
+    assert later.unknown_entities == ["merchant"]
+    assert later.unknown_categories == ["country"]
+    assert later.keys["customer_id"] == customer
+    assert (later.features["customer_txn_count_1h"], later.features["customer_amount_sum_24h"]) == (1.0, 0.2)
+    assert later.features["customer_seconds_since_previous"] == 60.0
+    assert later.features["merchant_txn_count_24h"] == 0.0
+    assert _counter(predictor, "mlops_unknown_entities_total", entity="merchant") == unknown_before + 1
+
+
+def test_a_retried_transaction_is_counted_once(predictor: Predictor, request_model: type[BaseModel]) -> None:
+    first = _request(request_model)
+    for _ in range(2):
+        predictor.gather(first)
+    follow_up = predictor.gather(_request(request_model, customer_id=first.customer_id,  # type: ignore[attr-defined]
+                                          event_timestamp=WHEN + timedelta(seconds=5)))
+    assert follow_up.features["customer_txn_count_1h"] == 1.0
+
+
+def test_score_counts_predictions_and_observes_each_probability(
+        predictor: Predictor, loaded: LoadedModel, request_model: type[BaseModel]) -> None:
+    rows = [predictor.gather(_request(request_model, amount=a)) for a in (0.125, 0.625)]
+    before = (_counter(predictor, "mlops_predictions_total"), _counter(predictor, "mlops_predicted_probability_sum"),
+              _counter(predictor, "mlops_batch_size_count"))
+    assert predictor.score(loaded, rows) == [0.125, 0.625]
+    after = (_counter(predictor, "mlops_predictions_total"), _counter(predictor, "mlops_predicted_probability_sum"),
+             _counter(predictor, "mlops_batch_size_count"))
+    assert (after[0] - before[0], after[1] - before[1], after[2] - before[2]) == (2.0, 0.75, 1.0)
+
+
+def test_the_timings_observed_are_the_calls_durations(
+        predictor: Predictor, loaded: LoadedModel, request_model: type[BaseModel]) -> None:
+    sums = ("mlops_feature_fetch_seconds_sum", "mlops_inference_seconds_sum")
+    before = [_counter(predictor, name) for name in sums]
+    predictor.score(loaded, [predictor.gather(_request(request_model))])
+    spent = [_counter(predictor, name) - start for name, start in zip(sums, before, strict=True)]
+    assert all(0.0 < seconds < 10.0 for seconds in spent), spent
+
+
+@pytest.fixture
+def berlin_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The machine's local time zone is Berlin: nothing may depend on it."""
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_event_time_rules(predictor: Predictor, request_model: type[BaseModel], berlin_clock: None) -> None:
+    received = datetime.now(UTC)
+    assert predictor.gather(_request(request_model, event_timestamp=None)).moment - received < timedelta(minutes=1)
+    assert predictor.gather(_request(request_model, event_timestamp=None)).moment >= received
+    paris = WHEN.astimezone(timezone(timedelta(hours=1)))
+    moment = predictor.gather(_request(request_model, event_timestamp=paris)).moment
+    assert (moment, moment.utcoffset()) == (WHEN, timedelta(0))
+    # The allowed clock skew is inclusive: exactly max_clock_skew ahead of the receipt is accepted.
+    at_limit = _request(request_model, event_timestamp=received + SKEW)
+    assert predictor._event_time(at_limit, received) == received + SKEW
+    with pytest.raises(InputError, match=r"event_timestamp .* lies more than 30 s in the future") as raised:
+        predictor._event_time(at_limit, received - timedelta(microseconds=1))
+    assert raised.value.field == "event_timestamp"
+    with pytest.raises(InputError, match=r"event_timestamp 1969-12-31T23:59:59\+00:00 lies before 1970") as raised:
+        predictor.gather(_request(request_model, event_timestamp=datetime(1969, 12, 31, 23, 59, 59, tzinfo=UTC)))
+    assert raised.value.field == "event_timestamp"
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    assert predictor.gather(_request(request_model, event_timestamp=epoch)).moment == epoch
