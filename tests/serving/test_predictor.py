@@ -24,6 +24,7 @@ from mlops.contract import DataContract
 from mlops.errors import InputError
 from mlops.feature_store import publish_features
 from mlops.inference import OnnxModel
+from mlops.online_features import open_online_features
 from mlops.registry import ServedModel
 from mlops.settings import Settings
 from serving.lifecycle import LoadedModel
@@ -60,8 +61,9 @@ def predictor(contract: DataContract, tmp_path_factory: pytest.TempPathFactory) 
             "amount": 1.0}
     import pandas as pd
 
-    store = publish_features(pd.DataFrame([seed]), contract, Settings(home=tmp_path_factory.mktemp("online")))
-    return Predictor(contract, store, ServiceMetrics(), max_clock_skew=SKEW)
+    settings = Settings(home=tmp_path_factory.mktemp("online"))
+    publish_features(pd.DataFrame([seed]), contract, settings)
+    return Predictor(contract, open_online_features(settings, contract), ServiceMetrics(), max_clock_skew=SKEW)
 
 
 @pytest.fixture(scope="module")
