@@ -155,6 +155,16 @@ def ran(output: str) -> list[str]:
     return STAGE_RUN.findall(output)
 
 
+def logged_metrics(home: Path, run_id: str) -> dict[str, float]:
+    """The metrics of one MLflow run in the registry under ``home``."""
+    try:
+        store = registry.client(Settings(home=home, tracking_uri=None, registry_uri=None))
+        return dict(store.get_run(run_id).data.metrics)
+    finally:
+        mlflow.set_tracking_uri(None)  # type: ignore[arg-type]  # None = unset: the next test decides again
+        mlflow.set_registry_uri(None)  # type: ignore[arg-type]
+
+
 def serving_version(home: Path) -> str | None:
     """The version holding the serving alias in the registry under ``home``."""
     try:
@@ -184,9 +194,14 @@ def test_dvc_repro_runs_every_stage_then_nothing_then_only_what_a_param_touches(
 
     assert ran(dvc(project, env, "repro")) == list(stages())
     metrics = json.loads((project / ".mlops/dvc/evaluation/metrics.json").read_text())
-    assert 0.0 <= metrics["test_f1"] <= 1.0
+    precision, recall = metrics["test_precision"], metrics["test_recall"]
+    assert metrics["test_f1"] == pytest.approx(2 * precision * recall / (precision + recall))
     assert (project / ".mlops/dvc/evaluation/pr_curve.csv").read_text().startswith("recall,precision")
-    assert read_record(records / "evaluate.json", EvaluateRecord).version == "1"
+    evaluated = read_record(records / "evaluate.json", EvaluateRecord)
+    assert evaluated.version == "1"
+    # DVC's metrics file holds what the evaluate run logged to MLflow.
+    logged = logged_metrics(home, evaluated.run_id)
+    assert {key: logged.get(key) for key in metrics} == pytest.approx(metrics)
     assert_deploy_followed_evaluate(records, home, serving_before=None)
     trained, serving = (records / "train.json").read_text(), serving_version(home)
 
