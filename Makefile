@@ -24,11 +24,12 @@ demo: setup
 
 # Shuffled order (pytest-randomly) with a fixed, verified seed so CI is reproducible;
 # `make test TEST_SEED=default` draws a new one (printed in the header).
-# Two pytest-xdist workers, each module on one worker (its fixtures built once), end-to-end modules
+# Three pytest-xdist workers on two cores (the end-to-end tests spend much of their time waiting on
+# processes they start), each module on one worker (its fixtures built once), end-to-end modules
 # handed out first (tests/conftest.py). Not --dist loadgroup: xdist 3.8 cannot rename pytest 9's node ids,
 # so its groups are silently ignored. `make test TEST_WORKERS=0` runs in this process, one test after another.
 TEST_SEED ?= 338462761
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 test: setup validate-infra
 	$(PY) -m pytest --durations=25 -p randomly --randomly-seed=$(TEST_SEED) \
 		-n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
