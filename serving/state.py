@@ -64,8 +64,8 @@ class ServiceState:
         try:
             rows = [{**g.inputs, **g.features} for g in gathered]
             probabilities = challenger.model.predict_proba(rows)
-            for g, p in zip(gathered, probabilities, strict=True):
-                self.prediction_log.submit(prediction_record(challenger, g, float(p), request_id=request_id,
-                                                             latency_s=None, role="challenger"))
-        except Exception:  # the shadow model must never disturb the champion's service
+            self.prediction_log.write([prediction_record(challenger, g, float(p), request_id=request_id,
+                                                         latency_s=None, role="challenger")
+                                       for g, p in zip(gathered, probabilities, strict=True)])
+        except Exception:  # the shadow model must never disturb the champion's service (a failed log write included)
             log.exception("challenger scoring failed")

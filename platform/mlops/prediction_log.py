@@ -21,7 +21,6 @@ import os
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -168,17 +167,6 @@ class PredictionLog:
             elif by_day:
                 self._unsynced = True
                 self._start_syncer()
-
-    def submit(self, record: PredictionRecord) -> Future[None]:
-        """Write ``record``; the future is resolved (written) or failed with the error."""
-        future: Future[None] = Future()
-        try:
-            self.write([record])
-        except Exception as exc:  # noqa: BLE001 - the caller learns of any failure through the future
-            future.set_exception(exc)
-        else:
-            future.set_result(None)
-        return future
 
     def append(self, record: PredictionRecord) -> None:
         """Write ``record``; returns once it is written (see the module's note)."""

@@ -31,11 +31,9 @@ def _record(n: int, *, role: str = "champion") -> PredictionRecord:
     )
 
 
-def test_many_threads_commit_in_groups_and_read_back_by_window(tmp_path: Path) -> None:
+def test_one_write_of_many_records_reads_back_by_window_and_day(tmp_path: Path) -> None:
     log = PredictionLog(tmp_path)
-    futures = [log.submit(_record(n)) for n in range(6)]
-    for future in futures:
-        future.result(timeout=10)
+    log.write([_record(n) for n in range(6)])
     log.close()
 
     everything = read_predictions(tmp_path)
