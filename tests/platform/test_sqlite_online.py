@@ -130,3 +130,12 @@ def test_commits_reach_the_database_file_by_background_checkpoint(
                                ('{"n": 2}',)).fetchall()
     direct.close()
     assert found
+
+
+
+def test_a_corrupt_store_is_an_error_not_an_unknown_entity(contract: DataContract, tmp_path: Path) -> None:
+    corrupt = tmp_path / "online.db"
+    corrupt.write_bytes(b"not a database" * 100)
+    online = OnlineFeatures(SqliteOnlineRows(corrupt, "fraud"), contract)
+    with pytest.raises(FeatureStoreError, match="online store read failed: DatabaseError"):
+        online.read({"customer_id": "C1", "merchant_id": "M1"})
