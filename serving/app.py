@@ -28,16 +28,16 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mlops.contract import load_contract
-from mlops.errors import ModelNotReadyError
 from mlops.online_features import open_online_features
 from mlops.prediction_log import PredictionLog, log_dir
 from mlops.settings import Settings
 from serving import admin, oip
+from serving.answering import PredictJob
 from serving.body import json_response, openapi_body, read_json, validate
 from serving.errors import ErrorResponse, install_error_handlers
 from serving.lifecycle import ModelManager
 from serving.metrics import ServiceMetrics
-from serving.predictor import Predictor, prediction_record
+from serving.predictor import Predictor
 from serving.schemas import HealthResponse, build_batch_models, build_request_model, build_response_model
 from serving.state import ServiceState
 
@@ -113,12 +113,6 @@ def _lifespan(state: ServiceState) -> Callable[[FastAPI], AbstractAsyncContextMa
     return lifespan
 
 
-def _predictor(state: ServiceState) -> Predictor:
-    if state.predictor is None:
-        raise ModelNotReadyError("the feature store is not open yet")
-    return state.predictor
-
-
 def keep_training_stack_out() -> None:
     """Make ``import torch`` fail in this process unless it is already loaded.
 
@@ -147,39 +141,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(RequestMetrics, metrics=metrics)
 
-    async def answer(request: Request, requests: list[Any]) -> list[dict[str, Any]]:
-        """Features, one inference call, durable log, shadow scoring; the answers in request order."""
-        started = time.perf_counter()
-        loaded, predictor = state.manager.require(), _predictor(state)
-        # In order: a later transaction of the same card sees the earlier ones of this request.
-        # A local store (SQLite) answers in microseconds, less than a hand-off to a thread costs;
-        # a networked one (Redis) is waited for off the event loop.
-        if predictor.online.local:
-            gathered = [predictor.gather(r) for r in requests]
-        else:
-            gathered = await run_in_threadpool(lambda: [predictor.gather(r) for r in requests])
-        probabilities = predictor.score(loaded, gathered)
-        request_id = request.state.request_id
-        latency = time.perf_counter() - started
-        await state.log_all([prediction_record(loaded, g, p, request_id=request_id, latency_s=latency)
-                             for g, p in zip(gathered, probabilities, strict=True)])
-        state.shadow(gathered, request_id)
-        return [predictor.answer(loaded, g, p, request_id) for g, p in zip(gathered, probabilities, strict=True)]
-
     @app.post("/predict", responses={200: {"model": response_model}, **_ERROR_RESPONSES},
               openapi_extra=openapi_body(request_model))
     async def predict(request: Request) -> Response:
+        started = time.perf_counter()
         state.manager.require()  # 503 before reading the body when there is nothing to answer with
         payload = validate(await read_json(request, settings.max_body_bytes), request_model)
-        [single] = await answer(request, [payload])
+        [single] = await state.predictions.submit(PredictJob([payload], request.state.request_id, started))
         return json_response(single)
 
     @app.post("/predict/batch", responses={200: {"model": batch_response}, **_ERROR_RESPONSES},
               openapi_extra=openapi_body(batch_request))
     async def predict_batch(request: Request) -> Response:
+        started = time.perf_counter()
         state.manager.require()
         batch = validate(await read_json(request, settings.max_body_bytes), batch_request)
-        return json_response({"predictions": await answer(request, batch.instances)})  # type: ignore[attr-defined]
+        job = PredictJob(batch.instances, request.state.request_id, started)  # type: ignore[attr-defined]
+        return json_response({"predictions": await state.predictions.submit(job)})
 
     @app.get("/healthz", response_model=HealthResponse, responses={503: _ERROR_RESPONSES[503]})
     async def healthz() -> HealthResponse:

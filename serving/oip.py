@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import math
 import time
-from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from mlops.errors import InputError, NotFoundError
-from mlops.prediction_log import PredictionRecord
+from serving.answering import InferJob
 from serving.body import json_response, openapi_body, read_json, validate
 from serving.errors import OipErrorResponse
 from serving.lifecycle import LoadedModel
@@ -160,36 +159,12 @@ def build_router(state: ServiceState) -> APIRouter:
                         InferRequest)
         assert isinstance(body, InferRequest)  # validate returns the model it was given
         n, columns = _columns(body, loaded, state)
-        rows = [{k: v[i] for k, v in columns.items()} for i in range(n)]
-        inference_started = time.perf_counter()
-        probabilities = [float(p) for p in loaded.model.predict_proba(rows)]
-        state.metrics.inference.observe(time.perf_counter() - inference_started)
-        state.metrics.batch_size.observe(n)
         request_id = request.state.request_id
-        latency = time.perf_counter() - started
-        await state.log_all([_record(state, loaded, body.id or request_id, i, row, p, request_id, latency)
-                             for i, (row, p) in enumerate(zip(rows, probabilities, strict=True))])
-        output = loaded.model.output_name
+        done = await state.inferences.submit(InferJob(columns, n, body.id or request_id, request_id, started))
         return json_response({
-            "model_name": name, "model_version": loaded.served.version, "id": body.id or request_id,
-            "outputs": [{"name": output, "datatype": "FP32", "shape": [n, 1], "data": probabilities}],
+            "model_name": name, "model_version": done.loaded.served.version, "id": body.id or request_id,
+            "outputs": [{"name": done.loaded.model.output_name, "datatype": "FP32", "shape": [n, 1],
+                         "data": done.probabilities}],
         })
 
     return router
-
-
-def _record(state: ServiceState, loaded: LoadedModel, event_id: str, index: int, row: dict[str, Any],
-            probability: float, request_id: str, latency: float) -> PredictionRecord:
-    now = datetime.now(UTC)
-    features = set(state.contract.feature_names)
-    state.metrics.probability.observe(probability)
-    return PredictionRecord.model_construct(  # values already checked against the graph and contract
-        event_id=f"{event_id}/{index}", event_timestamp=now, logged_at=now, entities={},
-        inputs={k: v for k, v in row.items() if k not in features},
-        features={k: float(v) for k, v in row.items() if k in features},
-        unknown_entities=[], unknown_categories=[], probability=probability,
-        decision="fraud" if probability >= loaded.model.threshold else "legit",
-        model_name=loaded.served.name, model_version=loaded.served.version, request_id=request_id,
-        latency_s=latency,
-    )
-

@@ -9,6 +9,7 @@ The model is passed in per call (see serving.lifecycle): a swap never changes a 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -18,7 +19,7 @@ from pydantic import BaseModel
 from mlops.contract import DataContract
 from mlops.errors import InputError
 from mlops.features import compute_features, unknown_entities
-from mlops.online_features import OnlineFeatures
+from mlops.online_features import OnlineEvent, OnlineFeatures
 from mlops.prediction_log import PredictionRecord
 from serving.lifecycle import LoadedModel
 from serving.metrics import ServiceMetrics
@@ -54,6 +55,11 @@ class Predictor:
         self._categories = {name: frozenset(contract.column(name).categories or ())
                             for name in contract.model_inputs.categorical}
 
+    def event_times(self, requests: Sequence[BaseModel]) -> list[datetime]:
+        """Each request's event time (now when it gives none); InputError for one before 1970 or in the future."""
+        received = datetime.now(UTC)
+        return [self._event_time(request, received) for request in requests]
+
     def _event_time(self, request: BaseModel, received: datetime) -> datetime:
         given: datetime | None = getattr(request, self.contract.timestamp_column)
         if given is None:
@@ -67,24 +73,30 @@ class Predictor:
                              field=self.contract.timestamp_column)
         return given.astimezone(UTC)
 
-    def gather(self, request: BaseModel) -> Gathered:
-        """Read the entities' histories, compute the features at the event time, record the event."""
+    def gather(self, requests: Sequence[BaseModel], moments: Sequence[datetime]) -> list[Gathered]:
+        """Read the entities' histories, compute the features at the event times, record the events.
+
+        ``moments`` come from :meth:`event_times`. The requests are recorded in order, together
+        (one store read per view, one write): a later one of the same card sees the earlier ones.
+        """
         started = time.perf_counter()
-        moment = self._event_time(request, datetime.now(UTC))
-        event_id = str(getattr(request, self.contract.id_column))
-        keys = {key: str(getattr(request, key)) for key in self._join_keys}
-        inputs = {name: getattr(request, name) for name in self._raw_inputs}
-        with self.online.entities_locked(keys.items()):
-            histories = self.online.read(keys)
-            features = compute_features(self.contract, histories, moment)
-            unknown = unknown_entities(self.contract, histories, moment)
-            self.online.record(keys, histories, event_id, moment,
-                               {c: float(getattr(request, c)) for c in self._value_columns})
+        events = []
+        for request, moment in zip(requests, moments, strict=True):
+            events.append(OnlineEvent({key: str(getattr(request, key)) for key in self._join_keys},
+                                      str(getattr(request, self.contract.id_column)), moment,
+                                      {c: float(getattr(request, c)) for c in self._value_columns}))
+        seen = self.online.record_events(events)
+        gathered = []
+        for request, event, histories in zip(requests, events, seen, strict=True):
+            inputs = {name: getattr(request, name) for name in self._raw_inputs}
+            unknown = unknown_entities(self.contract, histories, event.moment)
+            for entity in unknown:
+                self.metrics.unknown_entities.labels(entity=entity).inc()
+            gathered.append(Gathered(event.event_id, event.moment, dict(event.keys), inputs,
+                                     compute_features(self.contract, histories, event.moment), unknown,
+                                     [name for name, known in self._categories.items() if inputs[name] not in known]))
         self.metrics.feature_fetch.observe(time.perf_counter() - started)
-        for entity in unknown:
-            self.metrics.unknown_entities.labels(entity=entity).inc()
-        unknown_categories = [name for name, known in self._categories.items() if inputs[name] not in known]
-        return Gathered(event_id, moment, keys, inputs, features, unknown, unknown_categories)
+        return gathered
 
     def score(self, model: LoadedModel, rows: list[Gathered]) -> list[float]:
         """Probabilities of ``rows`` in one ONNX Runtime call."""

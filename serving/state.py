@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from mlops.contract import DataContract
-from mlops.prediction_log import PredictionLog, PredictionRecord
+from mlops.errors import ModelNotReadyError
+from mlops.prediction_log import PredictionLog
 from mlops.settings import Settings
+from serving.answering import Inference, InferJob, PredictJob, answer_inference, answer_predictions
+from serving.batching import TurnBatcher
 from serving.lifecycle import LoadedModel, ModelManager
 from serving.metrics import ServiceMetrics
 from serving.predictor import Gathered, Predictor, prediction_record
@@ -27,31 +31,18 @@ class ServiceState:
     predictor: Predictor | None = None
     shadow_pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="shadow"))
-    _pending_log: list[tuple[list[PredictionRecord], asyncio.Future[None]]] = field(default_factory=list)
+    # The requests of one event-loop turn, answered together (serving.batching).
+    predictions: TurnBatcher[PredictJob, list[dict[str, Any]]] = field(init=False)
+    inferences: TurnBatcher[InferJob, Inference] = field(init=False)
 
-    async def log_all(self, records: list[PredictionRecord]) -> None:
-        """Append ``records`` to the log; returns once the OS holds them (the answer may then be sent).
+    def __post_init__(self) -> None:
+        self.predictions = TurnBatcher(functools.partial(answer_predictions, self))
+        self.inferences = TurnBatcher(functools.partial(answer_inference, self))
 
-        The records of every request that reaches this point in the same turn of the event loop
-        go out as one write: a batch costs about what a single record does.
-        """
-        loop = asyncio.get_running_loop()
-        if not self._pending_log:
-            loop.call_soon(self._write_pending)
-        written = loop.create_future()
-        self._pending_log.append((records, written))
-        await written
-
-    def _write_pending(self) -> None:
-        pending, self._pending_log = self._pending_log, []
-        try:
-            self.prediction_log.write([record for records, _ in pending for record in records])
-        except Exception as exc:  # noqa: BLE001 - every waiting request answers with the error
-            for _, written in pending:
-                written.set_exception(exc)
-            return
-        for _, written in pending:
-            written.set_result(None)
+    def require_predictor(self) -> Predictor:
+        if self.predictor is None:
+            raise ModelNotReadyError("the feature store is not open yet")
+        return self.predictor
 
     def shadow(self, gathered: list[Gathered], request_id: str) -> None:
         """Score the challenger on the same inputs off the response path and log it beside the champion."""

@@ -78,7 +78,7 @@ class FeatureSpec(_Strict):
     window: str = Field(pattern=r"^[1-9]\d*[mhd]$")
     column: str | None = None
 
-    @property
+    @cached_property
     def window_delta(self) -> timedelta:
         return timedelta(**{_WINDOW_UNITS[self.window[-1]]: int(self.window[:-1])})
 
@@ -106,12 +106,12 @@ class FeatureViewSpec(_Strict):
         """The Feast feature view holding the entity's recent events."""
         return f"{self.entity}_history"
 
-    @property
+    @cached_property
     def value_columns(self) -> list[str]:
         """Raw columns whose values the view keeps per event (sorted, for a stable schema)."""
         return sorted({f.column for f in self.features if f.column})
 
-    @property
+    @cached_property
     def history_horizon(self) -> timedelta:
         """How far back the kept events must reach: the longest aggregating window."""
         windows = [f.window_delta for f in self.features if f.aggregates_window]

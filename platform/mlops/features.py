@@ -14,7 +14,6 @@ longest window before its newest event plus the events of the instant just befor
 
 from __future__ import annotations
 
-import json
 import math
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
@@ -23,6 +22,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import orjson
 
 from mlops.contract import DataContract, FeatureSpec, FeatureViewSpec
 
@@ -74,10 +74,9 @@ class History:
         return bool(self.times) and self.times[0] < t_us
 
     def encode(self, view: FeatureViewSpec) -> str:
-        """The stored form (JSON; floats written with repr, so they read back exactly)."""
-        return json.dumps({_IDS: self.ids, _TIMES: self.times,
-                           _VALUES: {c: self.values.get(c, ()) for c in view.value_columns}},
-                          separators=(",", ":"))
+        """The stored form (compact JSON; floats written as their shortest exact form, so they read back exactly)."""
+        return orjson.dumps({_IDS: self.ids, _TIMES: self.times,
+                             _VALUES: {c: self.values.get(c, ()) for c in view.value_columns}}).decode()
 
 
 def stored_fields(view: FeatureViewSpec, history: History) -> dict[str, Any]:
@@ -95,7 +94,7 @@ def decode_history(view: FeatureViewSpec, stored: Any) -> History:
         if stored is None or (isinstance(stored, float) and math.isnan(stored)):
             return empty_history(view)
         raise ValueError(f"stored history of {view.view_name} is a {type(stored).__name__}, not JSON text")
-    raw = json.loads(stored)
+    raw = orjson.loads(stored)
     rows = sorted(zip((int(t) for t in raw[_TIMES]), (str(i) for i in raw[_IDS]),
                       *([float(v) for v in raw[_VALUES][c]] for c in view.value_columns), strict=True))
     if not rows:

@@ -72,7 +72,9 @@ class OnnxModel:
 
     def build_feed(self, rows: Rows) -> dict[str, np.ndarray]:
         """One [N, 1] array per graph input: float32 for numeric fields, str objects for categorical."""
-        columns = _columns(rows)
+        return self._feed(_columns(rows))
+
+    def _feed(self, columns: Mapping[str, Any]) -> dict[str, np.ndarray]:
         missing = [name for name in self.input_names if name not in columns]
         if missing:
             raise InputError(f"missing model input fields: {missing}", field=missing[0])
@@ -92,7 +94,14 @@ class OnnxModel:
 
     def predict_proba(self, rows: Rows) -> np.ndarray:
         """Fraud probability per row, shape [N], float32."""
-        outputs = self.session.run([self.output_name], self.build_feed(rows))
+        return self._run(self.build_feed(rows))
+
+    def predict_columns(self, columns: Mapping[str, Sequence[Any]]) -> np.ndarray:
+        """Fraud probability per row of ``columns`` (input name -> values, equal lengths), shape [N]."""
+        return self._run(self._feed(columns))
+
+    def _run(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+        outputs = self.session.run([self.output_name], feed)
         return np.asarray(outputs[0], dtype=np.float32).reshape(-1)
 
 

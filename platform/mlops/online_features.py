@@ -13,6 +13,7 @@ import threading
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -23,7 +24,6 @@ from mlops.features import (
     History,
     append_event,
     decode_history,
-    empty_history,
     merge_histories,
     stored_fields,
     to_micros,
@@ -51,6 +51,16 @@ def _store_call(what: str) -> Any:
         except Exception as exc:  # a store can fail in any way; none of them may read as "empty"
             raise FeatureStoreError(f"online store {what} failed: {type(exc).__name__}: {exc}") from exc
     return guard()
+
+
+@dataclass(frozen=True)
+class OnlineEvent:
+    """A scored transaction to record: its entities' keys, id, event time and the values views keep."""
+
+    keys: Mapping[str, str]
+    event_id: str
+    moment: datetime
+    values: Mapping[str, float]
 
 
 class OnlineRows(Protocol):
@@ -160,23 +170,35 @@ class OnlineFeatures:
         """The histories of one request's entities (empty for an entity the store does not know)."""
         return {name: self._read_view(view, [keys[self._keys[name]]])[0] for name, view in self._views.items()}
 
-    def record(self, keys: Mapping[str, str], histories: Mapping[str, History], event_id: str,
-               moment: datetime, values: Mapping[str, float]) -> list[str]:
-        """Append the scored transaction to each entity's history, all views in one write; the views written.
+    def record_events(self, events: Sequence[OnlineEvent]) -> list[dict[str, History]]:
+        """Append ``events`` in order to their entities' histories; the histories each event saw.
 
-        Call under :meth:`entities_locked` with the histories read there. A transaction id the
-        history already holds is not written again.
+        One read per view for all the events' entities and one write for everything that changed,
+        under the entities' locks: the same result as recording the events one after the other
+        (a later event of an entity sees the earlier ones; a transaction id the history already
+        holds is not appended again), at the cost of one.
         """
-        t_us = to_micros(moment)
-        rows = []
-        for name, view in self._views.items():
-            updated = append_event(view, histories.get(name) or empty_history(view), event_id, t_us, values)
-            if updated is not None:
-                rows.append(self._row(view, keys[self._keys[name]], updated))
-        if rows:
-            with _store_call("write"):
-                self.rows.write(rows)
-        return [row.view for row in rows]
+        entities = {name: list(dict.fromkeys(e.keys[self._keys[name]] for e in events)) for name in self._views}
+        with self.entities_locked((self._keys[name], e) for name, values in entities.items() for e in values):
+            current = {name: dict(zip(entities[name], self._read_view(view, entities[name]), strict=True))
+                       for name, view in self._views.items()}
+            changed: dict[tuple[str, str], History] = {}
+            seen = []
+            for event in events:
+                t_us = to_micros(event.moment)
+                snapshot = {}
+                for name, view in self._views.items():
+                    entity = event.keys[self._keys[name]]
+                    snapshot[name] = history = current[name][entity]
+                    updated = append_event(view, history, event.event_id, t_us, event.values)
+                    if updated is not None:
+                        current[name][entity] = changed[name, entity] = updated
+                seen.append(snapshot)
+            if changed:
+                with _store_call("write"):
+                    self.rows.write([self._row(self._views[name], entity, history)
+                                     for (name, entity), history in changed.items()])
+        return seen
 
     def _row(self, view: FeatureViewSpec, entity: str, history: History) -> OnlineRow:
         return OnlineRow(view.view_name, self._keys[view.view_name], entity, stored_fields(view, history),

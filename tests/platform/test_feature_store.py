@@ -16,7 +16,7 @@ from mlops.data.generator import generate_transactions
 from mlops.errors import FeatureStoreError
 from mlops.feature_store import open_store, publish_features, read_offline_tables, training_features
 from mlops.features import compute_features
-from mlops.online_features import FeastOnlineRows, OnlineFeatures, materialize_online, open_online_features
+from mlops.online_features import FeastOnlineRows, OnlineEvent, OnlineFeatures, materialize_online, open_online_features
 from mlops.settings import Settings
 
 TS = "event_timestamp"
@@ -40,11 +40,9 @@ def published(tmp_path_factory: pytest.TempPathFactory, contract: DataContract) 
 
 def _score_and_record(online: OnlineFeatures, contract: DataContract, row: pd.Series) -> dict[str, float]:
     keys = {e.join_key: str(row[e.join_key]) for e in contract.entities}
-    with online.entities_locked(keys.items()):
-        histories = online.read(keys)
-        features = compute_features(contract, histories, row[TS])
-        online.record(keys, histories, str(row["transaction_id"]), row[TS], {"amount": float(row["amount"])})
-    return features
+    [histories] = online.record_events([OnlineEvent(keys, str(row["transaction_id"]), row[TS],
+                                                    {"amount": float(row["amount"])})])
+    return compute_features(contract, histories, row[TS])
 
 
 def test_replay_after_materialization_equals_offline_features(published: Published, contract: DataContract) -> None:

@@ -4,6 +4,7 @@ SQLite online store with write-through, event by event."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import uuid
@@ -31,7 +32,7 @@ from mlops.features import (
     to_micros,
     unknown_entities,
 )
-from mlops.online_features import FeastOnlineRows, OnlineFeatures
+from mlops.online_features import FeastOnlineRows, OnlineEvent, OnlineFeatures
 from mlops.settings import Settings
 
 BASE = datetime(2026, 3, 2, 22, 0, tzinfo=UTC)
@@ -284,11 +285,8 @@ def online(contract: DataContract, tmp_path_factory: pytest.TempPathFactory) -> 
 
 def _serve(online: OnlineFeatures, contract: DataContract, row: pd.Series) -> dict[str, float]:
     keys = {e.join_key: str(row[e.join_key]) for e in contract.entities}
-    with online.entities_locked(keys.items()):
-        histories = online.read(keys)
-        features = compute_features(contract, histories, row[TS])
-        online.record(keys, histories, row["transaction_id"], row[TS], {"amount": row["amount"]})
-    return features
+    [histories] = online.record_events([OnlineEvent(keys, row["transaction_id"], row[TS], {"amount": row["amount"]})])
+    return compute_features(contract, histories, row[TS])
 
 
 @hypothesis_settings(max_examples=30, deadline=None)
@@ -300,6 +298,26 @@ def test_online_write_through_features_match_brute_force(
     frame = stream_frame(events, prefix=f"{uuid.uuid4().hex[:8]}-")
     order = sorted(range(len(frame)), key=lambda i: (frame[TS].iloc[i], random.Random(seed + i).random()))
     served = {i: _serve(online, contract, frame.iloc[i]) for i in order}
+    got = pd.DataFrame([served[i] for i in range(len(frame))], index=frame.index)
+    assert_features_equal(got, brute_force(frame, contract))
+
+
+@hypothesis_settings(max_examples=30, deadline=None)
+@given(events=STREAMS, seed=st.integers(0, 2**16), cuts=st.sets(st.integers(1, 40), max_size=8))
+def test_events_recorded_in_batches_see_the_same_features_as_one_by_one(
+        contract: DataContract, online: OnlineFeatures, events: list[tuple[str, str, timedelta, float]],
+        seed: int, cuts: set[int]) -> None:
+    """The service records the requests of one event-loop turn together: each still sees the earlier ones."""
+    frame = stream_frame(events, prefix=f"{uuid.uuid4().hex[:8]}-")
+    order = sorted(range(len(frame)), key=lambda i: (frame[TS].iloc[i], random.Random(seed + i).random()))
+    edges = [0, *sorted(c for c in cuts if c < len(order)), len(order)]
+    served: dict[int, dict[str, float]] = {}
+    for start, end in itertools.pairwise(edges):
+        rows = [frame.iloc[i] for i in order[start:end]]
+        seen = online.record_events([OnlineEvent({e.join_key: str(r[e.join_key]) for e in contract.entities},
+                                                 r["transaction_id"], r[TS], {"amount": r["amount"]}) for r in rows])
+        served.update({i: compute_features(contract, h, r[TS]) for i, r, h in zip(order[start:end], rows, seen,
+                                                                                    strict=True)})
     got = pd.DataFrame([served[i] for i in range(len(frame))], index=frame.index)
     assert_features_equal(got, brute_force(frame, contract))
 

@@ -21,7 +21,7 @@ from mlops.data.generator import generate_transactions
 from mlops.errors import FeatureStoreError
 from mlops.feature_store import publish_features, store_config
 from mlops.features import EVENTS_FIELD, NEWEST_FIELD
-from mlops.online_features import FeastOnlineRows, OnlineFeatures, open_online_features
+from mlops.online_features import FeastOnlineRows, OnlineEvent, OnlineFeatures, open_online_features
 from mlops.settings import Settings
 from mlops.sqlite_online import OnlineRow, SqliteOnlineRows, decode_string_value, encode_value, entity_key_bytes
 
@@ -93,9 +93,7 @@ def test_concurrent_requests_on_one_card_lose_no_event(published: tuple[Settings
     keys = {"customer_id": "C-burst", "merchant_id": "M-burst"}
 
     def record(n: int) -> None:
-        with online.entities_locked(keys.items()):
-            histories = online.read(keys)
-            online.record(keys, histories, f"T-burst-{n}", MOMENT + timedelta(milliseconds=n), {"amount": 1.0})
+        online.record_events([OnlineEvent(keys, f"T-burst-{n}", MOMENT + timedelta(milliseconds=n), {"amount": 1.0})])
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(record, range(40)))

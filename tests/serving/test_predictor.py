@@ -29,7 +29,7 @@ from mlops.registry import ServedModel
 from mlops.settings import Settings
 from serving.lifecycle import LoadedModel
 from serving.metrics import ServiceMetrics
-from serving.predictor import Predictor, prediction_record
+from serving.predictor import Gathered, Predictor, prediction_record
 from serving.schemas import build_request_model
 
 THRESHOLD = 0.5  # exact in float32, the graph's output type
@@ -82,6 +82,11 @@ def _request(request_model: type[BaseModel], **fields: Any) -> BaseModel:
     return request_model.model_validate({**merged, "event_timestamp": moment and moment.isoformat()})
 
 
+def _gather(predictor: Predictor, request: BaseModel) -> Gathered:
+    [gathered] = predictor.gather([request], predictor.event_times([request]))
+    return gathered
+
+
 def _counter(predictor: Predictor, name: str, **labels: str) -> float:
     return predictor.metrics.registry.get_sample_value(name, labels) or 0.0
 
@@ -91,7 +96,7 @@ def _counter(predictor: Predictor, name: str, **labels: str) -> float:
 def test_the_decision_is_probability_at_or_above_the_threshold(
         predictor: Predictor, loaded: LoadedModel, request_model: type[BaseModel], amount: float,
         decision: str) -> None:
-    gathered = predictor.gather(_request(request_model, amount=amount))
+    gathered = _gather(predictor, _request(request_model, amount=amount))
     [probability] = predictor.score(loaded, [gathered])
     assert probability == amount
     assert (gathered.unknown_entities, gathered.unknown_categories) == (["customer", "merchant"], [])
@@ -103,7 +108,7 @@ def test_the_decision_is_probability_at_or_above_the_threshold(
 def test_answer_and_log_record_carry_the_request_and_the_model(
         predictor: Predictor, loaded: LoadedModel, request_model: type[BaseModel]) -> None:
     request = _request(request_model, amount=0.75, merchant_category="casino")
-    gathered = predictor.gather(request)
+    gathered = _gather(predictor, request)
     [probability] = predictor.score(loaded, [gathered])
 
     answer = predictor.answer(loaded, gathered, probability, "req-9")
@@ -131,11 +136,11 @@ def test_answer_and_log_record_carry_the_request_and_the_model(
 def test_a_known_customer_is_not_flagged_and_its_history_counts(
         predictor: Predictor, request_model: type[BaseModel]) -> None:
     first = _request(request_model, amount=0.2)
-    predictor.gather(first)
+    _gather(predictor, first)
     customer = first.customer_id  # type: ignore[attr-defined]
     unknown_before = _counter(predictor, "mlops_unknown_entities_total", entity="merchant")
 
-    later = predictor.gather(_request(request_model, customer_id=customer, event_timestamp=WHEN + timedelta(minutes=1),
+    later = _gather(predictor, _request(request_model, customer_id=customer, event_timestamp=WHEN + timedelta(minutes=1),
                                       amount=0.4, country="XX", channel="online"))
 
     assert later.unknown_entities == ["merchant"]
@@ -150,15 +155,37 @@ def test_a_known_customer_is_not_flagged_and_its_history_counts(
 def test_a_retried_transaction_is_counted_once(predictor: Predictor, request_model: type[BaseModel]) -> None:
     first = _request(request_model)
     for _ in range(2):
-        predictor.gather(first)
-    follow_up = predictor.gather(_request(request_model, customer_id=first.customer_id,  # type: ignore[attr-defined]
+        _gather(predictor, first)
+    follow_up = _gather(predictor, _request(request_model, customer_id=first.customer_id,  # type: ignore[attr-defined]
                                           event_timestamp=WHEN + timedelta(seconds=5)))
     assert follow_up.features["customer_txn_count_1h"] == 1.0
 
 
+def test_requests_gathered_together_see_each_other_in_order(
+        predictor: Predictor, request_model: type[BaseModel]) -> None:
+    """One event-loop turn's requests are gathered in one call: as if they came one after the other."""
+    first = _request(request_model, amount=0.25)
+    card = first.customer_id  # type: ignore[attr-defined]
+    retried = first.model_copy()
+    second = _request(request_model, customer_id=card, event_timestamp=WHEN + timedelta(seconds=30), amount=0.5)
+    third = _request(request_model, customer_id=card, event_timestamp=WHEN + timedelta(seconds=90), amount=0.125)
+    batch = [first, retried, second, third]
+
+    gathered = predictor.gather(batch, predictor.event_times(batch))
+
+    counts = [g.features["customer_txn_count_1h"] for g in gathered]
+    sums = [g.features["customer_amount_sum_24h"] for g in gathered]
+    assert counts == [0.0, 0.0, 1.0, 2.0]  # the retried id is recorded once
+    assert sums == [0.0, 0.0, 0.25, 0.75]
+    assert ["customer" in g.unknown_entities for g in gathered] == [True, True, False, False]
+    assert _gather(predictor, _request(request_model, customer_id=card,
+                                       event_timestamp=WHEN + timedelta(minutes=2))).features[
+        "customer_txn_count_1h"] == 3.0
+
+
 def test_score_counts_predictions_and_observes_each_probability(
         predictor: Predictor, loaded: LoadedModel, request_model: type[BaseModel]) -> None:
-    rows = [predictor.gather(_request(request_model, amount=a)) for a in (0.125, 0.625)]
+    rows = [_gather(predictor, _request(request_model, amount=a)) for a in (0.125, 0.625)]
     before = (_counter(predictor, "mlops_predictions_total"), _counter(predictor, "mlops_predicted_probability_sum"),
               _counter(predictor, "mlops_batch_size_count"))
     assert predictor.score(loaded, rows) == [0.125, 0.625]
@@ -171,7 +198,7 @@ def test_the_timings_observed_are_the_calls_durations(
         predictor: Predictor, loaded: LoadedModel, request_model: type[BaseModel]) -> None:
     sums = ("mlops_feature_fetch_seconds_sum", "mlops_inference_seconds_sum")
     before = [_counter(predictor, name) for name in sums]
-    predictor.score(loaded, [predictor.gather(_request(request_model))])
+    predictor.score(loaded, [_gather(predictor, _request(request_model))])
     spent = [_counter(predictor, name) - start for name, start in zip(sums, before, strict=True)]
     assert all(0.0 < seconds < 10.0 for seconds in spent), spent
 
@@ -188,10 +215,10 @@ def berlin_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 def test_event_time_rules(predictor: Predictor, request_model: type[BaseModel], berlin_clock: None) -> None:
     received = datetime.now(UTC)
-    assert predictor.gather(_request(request_model, event_timestamp=None)).moment - received < timedelta(minutes=1)
-    assert predictor.gather(_request(request_model, event_timestamp=None)).moment >= received
+    assert _gather(predictor, _request(request_model, event_timestamp=None)).moment - received < timedelta(minutes=1)
+    assert _gather(predictor, _request(request_model, event_timestamp=None)).moment >= received
     paris = WHEN.astimezone(timezone(timedelta(hours=1)))
-    moment = predictor.gather(_request(request_model, event_timestamp=paris)).moment
+    moment = _gather(predictor, _request(request_model, event_timestamp=paris)).moment
     assert (moment, moment.utcoffset()) == (WHEN, timedelta(0))
     # The allowed clock skew is inclusive: exactly max_clock_skew ahead of the receipt is accepted.
     at_limit = _request(request_model, event_timestamp=received + SKEW)
@@ -200,7 +227,7 @@ def test_event_time_rules(predictor: Predictor, request_model: type[BaseModel], 
         predictor._event_time(at_limit, received - timedelta(microseconds=1))
     assert raised.value.field == "event_timestamp"
     with pytest.raises(InputError, match=r"event_timestamp 1969-12-31T23:59:59\+00:00 lies before 1970") as raised:
-        predictor.gather(_request(request_model, event_timestamp=datetime(1969, 12, 31, 23, 59, 59, tzinfo=UTC)))
+        _gather(predictor, _request(request_model, event_timestamp=datetime(1969, 12, 31, 23, 59, 59, tzinfo=UTC)))
     assert raised.value.field == "event_timestamp"
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
-    assert predictor.gather(_request(request_model, event_timestamp=epoch)).moment == epoch
+    assert _gather(predictor, _request(request_model, event_timestamp=epoch)).moment == epoch

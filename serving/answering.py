@@ -1,0 +1,140 @@
+"""Answering the jobs of one event-loop turn together (see serving.batching): the domain
+predictions (/predict, /predict/batch) and the Open Inference Protocol's infer.
+
+Per batch, whatever the number of requests: one online-store read per view and one write (the
+requests recorded in order), one ONNX Runtime call, one prediction-log write. A request's own
+problem (an event time in the future) fails that request alone; a failure of the store, the model
+or the log fails every request of the batch, and none of them is answered with a 200.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
+
+from mlops.errors import InputError, MLOpsError
+from mlops.prediction_log import PredictionRecord
+from serving.lifecycle import LoadedModel
+from serving.predictor import prediction_record
+
+if TYPE_CHECKING:
+    from serving.state import ServiceState
+
+
+@dataclass(frozen=True)
+class PredictJob:
+    """One /predict or /predict/batch request: its validated instances."""
+
+    requests: list[BaseModel]
+    request_id: str
+    started: float  # time.perf_counter() when the request arrived
+
+
+@dataclass(frozen=True)
+class InferJob:
+    """One infer request: its tensors as columns, already checked against the graph and the contract."""
+
+    columns: dict[str, list[Any]]
+    rows: int
+    id: str  # the request's own id, else its request id
+    request_id: str
+    started: float
+
+
+@dataclass(frozen=True)
+class Inference:
+    loaded: LoadedModel
+    probabilities: list[float]
+
+
+async def answer_predictions(state: ServiceState, jobs: list[PredictJob]) -> list[list[dict[str, Any]] | Exception]:
+    """Each job's answers, in its instances' order, or the exception its request answers with."""
+    try:
+        loaded, predictor = state.manager.require(), state.require_predictor()
+    except MLOpsError as exc:
+        return [exc] * len(jobs)
+    results: dict[int, list[dict[str, Any]] | Exception] = {}
+    accepted: list[tuple[int, PredictJob]] = []
+    moments: list[datetime] = []
+    for index, job in enumerate(jobs):
+        try:
+            moments += predictor.event_times(job.requests)
+        except InputError as exc:
+            results[index] = exc
+            continue
+        accepted.append((index, job))
+    if accepted:
+        requests = [request for _, job in accepted for request in job.requests]
+        parts = _slices([len(job.requests) for _, job in accepted])
+        try:
+            # A local store (SQLite) answers in microseconds, less than a hand-off to a thread costs;
+            # a networked one (Redis) is waited for off the event loop.
+            if predictor.online.local:
+                gathered = predictor.gather(requests, moments)
+            else:
+                gathered = await run_in_threadpool(predictor.gather, requests, moments)
+            probabilities = predictor.score(loaded, gathered)
+            now = time.perf_counter()
+            state.prediction_log.write([
+                prediction_record(loaded, g, p, request_id=job.request_id, latency_s=now - job.started)
+                for (_, job), part in zip(accepted, parts, strict=True)
+                for g, p in zip(gathered[part], probabilities[part], strict=True)])
+        except Exception as exc:  # noqa: BLE001 - the store, model or log failed: no request of the batch is answered
+            results.update((index, exc) for index, _ in accepted)
+        else:
+            for (index, job), part in zip(accepted, parts, strict=True):
+                state.shadow(gathered[part], job.request_id)
+                results[index] = [predictor.answer(loaded, g, p, job.request_id)
+                                  for g, p in zip(gathered[part], probabilities[part], strict=True)]
+    return [results[index] for index in range(len(jobs))]
+
+
+async def answer_inference(state: ServiceState, jobs: list[InferJob]) -> list[Inference | Exception]:
+    """Each infer job's probabilities with the model that computed them, or its request's exception."""
+    parts = _slices([job.rows for job in jobs])
+    try:
+        loaded = state.manager.require()
+        columns = {name: [value for job in jobs for value in job.columns[name]] for name in loaded.model.input_names}
+        started = time.perf_counter()
+        probabilities = [float(p) for p in loaded.model.predict_columns(columns)]
+        state.metrics.inference.observe(time.perf_counter() - started)
+        state.metrics.batch_size.observe(len(probabilities))
+        now = time.perf_counter()
+        records = []
+        for job, part in zip(jobs, parts, strict=True):
+            for index, probability in enumerate(probabilities[part]):
+                row = {name: values[index] for name, values in job.columns.items()}
+                records.append(_infer_record(state, loaded, job, index, row, probability, now - job.started))
+        state.prediction_log.write(records)
+    except Exception as exc:  # noqa: BLE001 - no request of the batch is answered
+        return [exc] * len(jobs)
+    return [Inference(loaded, probabilities[part]) for part in parts]
+
+
+def _slices(sizes: Sequence[int]) -> list[slice]:
+    """The consecutive slices of a batch's rows that belong to jobs of these sizes."""
+    offsets = list(itertools.accumulate(sizes, initial=0))
+    return [slice(start, end) for start, end in itertools.pairwise(offsets)]
+
+
+def _infer_record(state: ServiceState, loaded: LoadedModel, job: InferJob, index: int, row: dict[str, Any],
+                  probability: float, latency: float) -> PredictionRecord:
+    now = datetime.now(UTC)
+    features = set(state.contract.feature_names)
+    state.metrics.probability.observe(probability)
+    return PredictionRecord.model_construct(  # values already checked against the graph and contract
+        event_id=f"{job.id}/{index}", event_timestamp=now, logged_at=now, entities={},
+        inputs={k: v for k, v in row.items() if k not in features},
+        features={k: float(v) for k, v in row.items() if k in features},
+        unknown_entities=[], unknown_categories=[], probability=probability,
+        decision="fraud" if probability >= loaded.model.threshold else "legit",
+        model_name=loaded.served.name, model_version=loaded.served.version, request_id=job.request_id,
+        latency_s=latency,
+    )
