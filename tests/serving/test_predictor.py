@@ -140,8 +140,9 @@ def test_a_known_customer_is_not_flagged_and_its_history_counts(
     customer = first.customer_id  # type: ignore[attr-defined]
     unknown_before = _counter(predictor, "mlops_unknown_entities_total", entity="merchant")
 
-    later = _gather(predictor, _request(request_model, customer_id=customer, event_timestamp=WHEN + timedelta(minutes=1),
-                                      amount=0.4, country="XX", channel="online"))
+    later = _gather(predictor, _request(request_model, customer_id=customer,
+                                        event_timestamp=WHEN + timedelta(minutes=1), amount=0.4, country="XX",
+                                        channel="online"))
 
     assert later.unknown_entities == ["merchant"]
     assert later.unknown_categories == ["country"]
