@@ -10,12 +10,11 @@ a version is promoted. Run with ``uvicorn serving.app:create_app --factory``.
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
-import re
 import sys
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import timedelta
@@ -24,8 +23,8 @@ from tempfile import TemporaryDirectory
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
+from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mlops.contract import load_contract
 from mlops.online_features import open_online_features
@@ -35,6 +34,7 @@ from serving import admin, oip
 from serving.answering import PredictJob
 from serving.body import json_response, openapi_body, read_json, validate
 from serving.errors import ErrorResponse, install_error_handlers
+from serving.front import ServiceApp
 from serving.lifecycle import ModelManager
 from serving.metrics import ServiceMetrics
 from serving.predictor import Predictor
@@ -44,45 +44,12 @@ from serving.state import ServiceState
 log = logging.getLogger(__name__)
 
 _NEVER_IMPORTED = ("torch", "great_expectations", "evidently")
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     413: {"model": ErrorResponse, "description": "The body is larger than MLOPS_MAX_BODY_BYTES."},
     415: {"model": ErrorResponse, "description": "The body is not application/json."},
     422: {"model": ErrorResponse, "description": "The request is malformed; `field` names the culprit."},
     503: {"model": ErrorResponse, "description": "No model is loaded, or the feature store failed."},
 }
-
-
-class RequestMetrics:
-    """ASGI middleware: a request id on every answer, and the per-route request count and latency."""
-
-    def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
-        request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex
-        scope.setdefault("state", {})["request_id"] = request_id
-        status = 500
-
-        async def send_with_id(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                message.setdefault("headers", []).append((b"x-request-id", request_id.encode()))
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_with_id)
-        finally:
-            route = getattr(scope.get("route"), "path", "unmatched")
-            self.metrics.requests.labels(route=route, status=str(status)).inc()
-            self.metrics.latency.labels(route=route).observe(time.perf_counter() - started)
 
 
 def _lifespan(state: ServiceState) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
@@ -136,10 +103,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     request_model = build_request_model(contract)
     response_model = build_response_model(contract)
     batch_request, batch_response = build_batch_models(request_model, response_model)
-    app = FastAPI(title="Fraud prediction service", lifespan=_lifespan(state))
+    app = ServiceApp(metrics=metrics, title="Fraud prediction service", lifespan=_lifespan(state))
     app.state.service = state
     install_error_handlers(app)
-    app.add_middleware(RequestMetrics, metrics=metrics)
 
     @app.post("/predict", responses={200: {"model": response_model}, **_ERROR_RESPONSES},
               openapi_extra=openapi_body(request_model))
@@ -171,6 +137,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def prometheus_metrics() -> Response:
         return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    app.include_router(oip.build_router(state))
+    oip_router = oip.build_router(state)
+    app.include_router(oip_router)
     app.include_router(admin.build_router(state))
+    app.answer_directly("/predict", "/predict", predict)
+    infer = next(r.endpoint for r in oip_router.routes if isinstance(r, APIRoute) and r.path == oip.INFER_ROUTE)
+    app.answer_directly(f"/v2/models/{settings.model_name}/infer", oip.INFER_ROUTE,
+                        functools.partial(infer, name=settings.model_name))
     return app

@@ -6,7 +6,7 @@ platform); request validation errors name the offending field so a client can fi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -88,10 +88,21 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return response
 
 
+_HANDLERS: tuple[tuple[type[Exception], Callable[[Request, Exception], Awaitable[JSONResponse]]], ...] = (
+    (MLOpsError, _platform_error), (RequestValidationError, _invalid_request), (StarletteHTTPException, _http_error))
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    app.add_exception_handler(MLOpsError, _platform_error)
-    app.add_exception_handler(RequestValidationError, _invalid_request)
-    app.add_exception_handler(StarletteHTTPException, _http_error)
+    for kind, handler in _HANDLERS:
+        app.add_exception_handler(kind, handler)
+
+
+async def error_response(request: Request, exc: Exception) -> JSONResponse:
+    """The answer to ``exc`` that the installed handlers give; any other exception is re-raised (a 500)."""
+    for kind, handler in _HANDLERS:
+        if isinstance(exc, kind):
+            return await handler(request, exc)
+    raise exc
 
 
 def invalid_body(errors: Sequence[Any]) -> RequestValidationError:

@@ -24,6 +24,7 @@ from serving.state import ServiceState
 
 _DATATYPES = {"tensor(float)": "FP32", "tensor(string)": "BYTES"}
 Parameters = dict[Annotated[str, Field(max_length=64)], StrictStr | StrictInt | StrictFloat | StrictBool]
+INFER_ROUTE = "/v2/models/{name}/infer"
 _ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": OipErrorResponse} for code in (404, 413, 415, 422, 503)}
 
 
@@ -147,7 +148,7 @@ def build_router(state: ServiceState) -> APIRouter:
     async def model_ready(name: str = model_name) -> dict[str, Any]:
         return {"name": name, "ready": _model(state, name) is not None}
 
-    @router.post("/models/{name}/infer", responses={200: {"model": InferResponse}},
+    @router.post(INFER_ROUTE.removeprefix("/v2"), responses={200: {"model": InferResponse}},
                  openapi_extra=openapi_body(InferRequest))
     async def infer(request: Request, name: str = model_name) -> Response:
         started = time.perf_counter()

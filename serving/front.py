@@ -1,0 +1,86 @@
+"""The service's outermost ASGI layer: a request id on every answer, the per-route request count
+and latency, and the hot routes answered without FastAPI's routing and dependency injection.
+
+POST /predict and POST /v2/models/<served model>/infer read their own bodies from the Request.
+For them, FastAPI's layers did nothing but cost time: its middleware stack, route matching (each
+route tried in turn) and dependency solving took about a third of /infer's CPU time. They stay
+declared in FastAPI (the OpenAPI schema, other methods, other model names); their POSTs are
+dispatched here by exact path, and their errors are answered by the handlers every other route
+uses (serving.errors).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from starlette.types import Message, Receive, Scope, Send
+
+from serving.errors import error_response
+from serving.metrics import ServiceMetrics
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+class ServiceApp(FastAPI):
+    """FastAPI with the front layer described in the module's note."""
+
+    def __init__(self, *, metrics: ServiceMetrics, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.metrics = metrics
+        self._direct: dict[str, tuple[str, Endpoint]] = {}
+        self._children: dict[tuple[str, int], tuple[Any, Any]] = {}  # labelled metrics, looked up once
+
+    def answer_directly(self, path: str, route: str, endpoint: Endpoint) -> None:
+        """Answer POST ``path`` with ``endpoint`` itself, counted under ``route`` (its declared path)."""
+        self._direct[path] = (route, endpoint)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        started = time.perf_counter()
+        given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
+        request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        id_header = (b"x-request-id", request_id.encode())
+        status = 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message.setdefault("headers", []).append(id_header)
+            await send(message)
+
+        direct = self._direct.get(scope["path"]) if scope["method"] == "POST" else None
+        try:
+            if direct is None:
+                await super().__call__(scope, receive, send_with_id)
+            else:
+                scope["app"] = self
+                request = Request(scope, receive)
+                try:
+                    response = await direct[1](request)
+                except Exception as exc:  # noqa: BLE001 - mapped as every route's errors are; others re-raised
+                    response = await error_response(request, exc)
+                await response(scope, receive, send_with_id)
+        finally:
+            route = direct[0] if direct is not None else getattr(scope.get("route"), "path", "unmatched")
+            counter, latency = self._labelled(route, status)
+            counter.inc()
+            latency.observe(time.perf_counter() - started)
+
+    def _labelled(self, route: str, status: int) -> tuple[Any, Any]:
+        key = (route, status)
+        children = self._children.get(key)
+        if children is None:
+            children = (self.metrics.requests.labels(route=route, status=str(status)),
+                        self.metrics.latency.labels(route=route))
+            self._children[key] = children
+        return children
