@@ -92,6 +92,17 @@ def service_command(port: int, app: str = SERVICE_APP, workers: int = 1) -> list
             "--workers", str(workers), "--factory", app]
 
 
+def copy_home(home: Path, copy: Path) -> Path:
+    """The registry and feature store of ``home`` in ``copy``: the benchmark's transactions are
+    recorded there, never in the user's online store, and every run starts from the same histories
+    (each /predict appends to its card's and merchant's history, so a reused store would slow down
+    run after run). Model artifacts are read where the registry points, under ``home``."""
+    copy.mkdir(parents=True)
+    shutil.copy2(home / "mlflow.db", copy / "mlflow.db")
+    shutil.copytree(home / "feast", copy / "feast", ignore=shutil.ignore_patterns("*-shm"))
+    return copy.resolve()
+
+
 def known_entities(settings: Settings) -> dict[str, list[str]]:
     """The customers and merchants of the offline tables: the ids /predict requests draw from."""
     from mlops.feature_store import read_offline_tables
@@ -247,12 +258,14 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes of every HTTP row")
     args = parser.parse_args()
-    settings = Settings(home=args.home)
-    version = registry.alias_version(settings)
-    if version is None:
+    if registry.alias_version(Settings(home=args.home)) is None:
         raise SystemExit(f"no production model under {args.home}; run `make demo` first")
-    contract = load_contract(settings.contract_path)
     work = Path(tempfile.mkdtemp(prefix="bench-"))
+    home = copy_home(args.home, work / "home")
+    settings = Settings(home=home)
+    version = registry.alias_version(settings)
+    assert version is not None  # the copy's registry is the home's
+    contract = load_contract(settings.contract_path)
     model = OnnxModel(registry.download_version(settings, version, work / "model").onnx_path)
     features = compute_features(contract, {v.view_name: empty_history(v) for v in contract.feature_views},
                                 datetime.fromisoformat(MOMENT))
@@ -261,7 +274,7 @@ def main() -> None:
         {"name": n, "shape": [1, 1], "datatype": "BYTES" if isinstance(row[n], str) else "FP32", "data": [row[n]]}
         for n in model.input_names]}
     split_body = {"dataframe_split": {"columns": model.input_names, "data": [[row[n] for n in model.input_names]]}}
-    env = {"MLOPS_HOME": str(args.home.resolve()), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    env = {"MLOPS_HOME": str(home), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     load = Load(args.seconds, args.connections, known_entities(settings))
     results: dict[str, dict[str, float]] = {}
     notes = [f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}"]

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Path, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
+from mlops.contract import DataContract
 from mlops.errors import InputError, NotFoundError
 from serving.answering import InferJob
 from serving.body import json_response, openapi_body, read_json, validate
@@ -73,7 +74,15 @@ class InferResponse(BaseModel):
     outputs: list[OutputTensor]
 
 
-def _columns(request: InferRequest, loaded: LoadedModel, state: ServiceState) -> tuple[int, dict[str, list[Any]]]:
+Bounds = dict[str, tuple[float | None, float | None]]
+
+
+def _contract_bounds(contract: DataContract) -> Bounds:
+    """The contract's range of each raw input (computed features have none)."""
+    return {name: (contract.column(name).min, contract.column(name).max) for name in contract.raw_inputs}
+
+
+def _columns(request: InferRequest, loaded: LoadedModel, bounds: Bounds) -> tuple[int, dict[str, list[Any]]]:
     """Check every tensor against the graph and the contract; the rows' count and the columns."""
     types = loaded.model.input_types
     given = {t.name: t for t in request.inputs}
@@ -94,16 +103,12 @@ def _columns(request: InferRequest, loaded: LoadedModel, state: ServiceState) ->
         if text != (tensor.datatype == "BYTES") or text != all(isinstance(v, str) for v in tensor.data):
             raise InputError(f"input {name!r} must be {_DATATYPES.get(types[name], types[name])}", field=name)
         if not text:
-            _check_numbers(name, tensor.data, state)
+            _check_numbers(name, tensor.data, bounds.get(name, (None, None)))
         columns[name] = tensor.data
     return n, columns
 
 
-def _check_numbers(name: str, values: list[Any], state: ServiceState) -> None:
-    bounds: tuple[float | None, float | None] = (None, None)
-    if name in state.contract.raw_inputs:
-        column = state.contract.column(name)
-        bounds = (column.min, column.max)
+def _check_numbers(name: str, values: list[Any], bounds: tuple[float | None, float | None]) -> None:
     for value in values:
         if not math.isfinite(value):
             raise InputError(f"input {name!r} must be finite", field=name)
@@ -121,6 +126,7 @@ def build_router(state: ServiceState) -> APIRouter:
     router = APIRouter(prefix="/v2", tags=["Open Inference Protocol v2"], responses=_ERRORS)
     # A default, not an Annotated alias: annotations are strings here and FastAPI reads module globals.
     model_name = Path(max_length=128, examples=[state.settings.model_name])
+    bounds = _contract_bounds(state.contract)
 
     @router.get("/health/live")
     async def live() -> dict[str, bool]:
@@ -159,7 +165,7 @@ def build_router(state: ServiceState) -> APIRouter:
         body = validate(await read_json(request, state.settings.max_body_bytes, untyped_is_json=True),
                         InferRequest)
         assert isinstance(body, InferRequest)  # validate returns the model it was given
-        n, columns = _columns(body, loaded, state)
+        n, columns = _columns(body, loaded, bounds)
         request_id = request.state.request_id
         done = await state.inferences.submit(InferJob(columns, n, body.id or request_id, request_id, started))
         return json_response({

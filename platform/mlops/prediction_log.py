@@ -80,7 +80,15 @@ def _row(record: PredictionRecord) -> dict[str, Any]:
 
 
 def _layout(row: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    return tuple((name, _kind(name, value)) for name, value in row.items())
+    # Names and value types decide the layout; looked up, since rows repeat a few of them.
+    key = (tuple(row), tuple(map(type, row.values())))
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        layout = _LAYOUTS[key] = tuple((name, _kind(name, value)) for name, value in row.items())
+    return layout
+
+
+_LAYOUTS: dict[tuple[tuple[str, ...], tuple[type, ...]], tuple[tuple[str, str], ...]] = {}
 
 
 _PLAIN_KINDS = {"event_timestamp": "time", "logged_at": "time", "unknown_entities": "strings",

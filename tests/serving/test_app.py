@@ -8,16 +8,19 @@ answered request is recorded in the online store, so each test uses its own ids 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client import CollectorRegistry
 from served_platform import ServedPlatform, platform_in_env, sample_body
 
 from mlops import registry
@@ -280,3 +283,39 @@ def test_shadow_mode_logs_the_challenger_beside_the_champion(
     champion, challenger = sorted(logged, key=lambda r: r.role != "champion")
     assert challenger.probability == pytest.approx(champion.probability, abs=1e-6)
     assert challenger.features == champion.features
+
+
+def test_requests_of_one_event_loop_turn_are_answered_together_and_fail_alone(
+    client: TestClient, platform_home: ServedPlatform, body: dict[str, Any]
+) -> None:
+    """Concurrent requests meet in one batch: one ONNX call, each sees the earlier ones of its card,
+    and one request's own error (a future event time) fails it alone."""
+    card = {**body, "customer_id": "C-turn"}
+    start = pd.Timestamp("2026-03-02T08:00:00Z")
+    good = [{**card, "transaction_id": f"T-turn-{n}", "event_timestamp": (start + pd.Timedelta(minutes=n)).isoformat()}
+            for n in range(4)]
+    future = {**card, "transaction_id": "T-turn-future", "event_timestamp": "9999-01-01T00:00:00Z"}
+    metrics = _metrics(client)
+    before = [metrics.get_sample_value(f"mlops_batch_size_{n}") or 0.0 for n in ("count", "sum")]
+
+    async def send_together() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=client.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://service") as together:
+            return await asyncio.gather(*(together.post("/predict", json=b) for b in [*good[:2], future, *good[2:]]))
+
+    responses = asyncio.run(send_together())
+
+    assert [r.status_code for r in responses] == [200, 200, 422, 200, 200]
+    assert responses[2].json()["field"] == "event_timestamp"
+    answered = [r.json()["transaction_id"] for r in responses if r.status_code == 200]
+    assert answered == [b["transaction_id"] for b in good]
+    # One inference call scored the four accepted requests.
+    after = [metrics.get_sample_value(f"mlops_batch_size_{n}") or 0.0 for n in ("count", "sum")]
+    assert (after[0] - before[0], after[1] - before[1]) == (1.0, 4.0)
+    logged = {r.event_id: r for r in read_predictions(log_dir(platform_home.settings))}
+    assert [logged[b["transaction_id"]].features["customer_txn_count_1h"] for b in good] == [0.0, 1.0, 2.0, 3.0]
+    assert "T-turn-future" not in logged
+
+
+def _metrics(client: TestClient) -> CollectorRegistry:
+    return client.app.state.service.metrics.registry  # type: ignore[attr-defined,no-any-return]
