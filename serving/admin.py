@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from mlops.errors import AuthError, ConfigError
 from mlops.settings import Settings
-from serving.body import openapi_body, read_json, validate
+from serving.body import openapi_body, read_model
 from serving.errors import ErrorResponse
 from serving.lifecycle import FALLBACK_ALIAS
 from serving.state import ServiceState
@@ -59,7 +59,7 @@ def _authorize(credentials: HTTPAuthorizationCredentials | None, settings: Setti
 async def _reason(request: Request, state: ServiceState) -> str:
     if not int(request.headers.get("content-length", "0") or "0"):
         return ""
-    body = validate(await read_json(request, state.settings.max_body_bytes), SwitchRequest)
+    body = await read_model(request, SwitchRequest, state.settings.max_body_bytes)
     assert isinstance(body, SwitchRequest)
     return body.reason
 

@@ -32,7 +32,7 @@ from mlops.prediction_log import PredictionLog, log_dir
 from mlops.settings import Settings
 from serving import admin, oip
 from serving.answering import PredictJob
-from serving.body import json_response, openapi_body, read_json, validate
+from serving.body import json_response, openapi_body, read_model
 from serving.errors import ErrorResponse, install_error_handlers
 from serving.front import ServiceApp
 from serving.lifecycle import ModelManager
@@ -112,7 +112,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def predict(request: Request) -> Response:
         started = time.perf_counter()
         state.manager.require()  # 503 before reading the body when there is nothing to answer with
-        payload = validate(await read_json(request, settings.max_body_bytes), request_model)
+        payload = await read_model(request, request_model, settings.max_body_bytes)
         [single] = await state.predictions.submit(PredictJob([payload], request.state.request_id, started))
         return json_response(single)
 
@@ -121,7 +121,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def predict_batch(request: Request) -> Response:
         started = time.perf_counter()
         state.manager.require()
-        batch = validate(await read_json(request, settings.max_body_bytes), batch_request)
+        batch = await read_model(request, batch_request, settings.max_body_bytes)
         job = PredictJob(batch.instances, request.state.request_id, started)  # type: ignore[attr-defined]
         return json_response({"predictions": await state.predictions.submit(job)})
 

@@ -17,13 +17,14 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 from mlops.contract import DataContract
 from mlops.errors import InputError, NotFoundError
 from serving.answering import InferJob
-from serving.body import json_response, openapi_body, read_json, validate
+from serving.body import json_response, openapi_body, read_model
 from serving.errors import OipErrorResponse
 from serving.lifecycle import LoadedModel
 from serving.schemas import MAX_BATCH
 from serving.state import ServiceState
 
-_DATATYPES = {"tensor(float)": "FP32", "tensor(string)": "BYTES"}
+_STRING_TYPE = "tensor(string)"
+_DATATYPES = {"tensor(float)": "FP32", _STRING_TYPE: "BYTES"}
 Parameters = dict[Annotated[str, Field(max_length=64)], StrictStr | StrictInt | StrictFloat | StrictBool]
 INFER_ROUTE = "/v2/models/{name}/infer"
 _ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": OipErrorResponse} for code in (404, 413, 415, 422, 503)}
@@ -85,34 +86,36 @@ def _contract_bounds(contract: DataContract) -> Bounds:
 def _columns(request: InferRequest, loaded: LoadedModel, bounds: Bounds) -> tuple[int, dict[str, list[Any]]]:
     """Check every tensor against the graph and the contract; the rows' count and the columns."""
     types = loaded.model.input_types
-    given = {t.name: t for t in request.inputs}
-    missing = sorted(set(types) - set(given))
-    unknown = sorted(set(given) - set(types))
-    if missing or unknown or len(given) != len(request.inputs):
+    given = [t.name for t in request.inputs]
+    if len(given) != len(types) or set(given) != types.keys():
+        missing, unknown = sorted(set(types) - set(given)), sorted(set(given) - set(types))
         raise InputError(f"inputs must be exactly the model's, once each: missing {missing}, unknown {unknown}",
                          field="inputs")
-    rows = {len(t.data) for t in request.inputs}
-    if len(rows) != 1 or 0 in rows:
+    n = len(request.inputs[0].data)
+    if n == 0 or any(len(t.data) != n for t in request.inputs):
         raise InputError("every input tensor must hold the same, non-zero number of rows", field="inputs")
-    n = rows.pop()
     columns: dict[str, list[Any]] = {}
-    for name, tensor in given.items():
-        if math.prod(tensor.shape) != n or tensor.shape[0] != n:
+    for tensor in request.inputs:
+        name, data = tensor.name, tensor.data
+        if tensor.shape != [n] and tensor.shape != [n, 1]:
             raise InputError(f"input {name!r}: shape {tensor.shape} does not match its {n} values", field=name)
-        text = types[name] == "tensor(string)"
-        if text != (tensor.datatype == "BYTES") or text != all(isinstance(v, str) for v in tensor.data):
+        text = types[name] == _STRING_TYPE
+        if text != (tensor.datatype == "BYTES") or (text and not all(isinstance(v, str) for v in data)):
             raise InputError(f"input {name!r} must be {_DATATYPES.get(types[name], types[name])}", field=name)
         if not text:
-            _check_numbers(name, tensor.data, bounds.get(name, (None, None)))
-        columns[name] = tensor.data
+            _check_numbers(name, data, bounds.get(name, (None, None)), types[name])
+        columns[name] = data
     return n, columns
 
 
-def _check_numbers(name: str, values: list[Any], bounds: tuple[float | None, float | None]) -> None:
+def _check_numbers(name: str, values: list[Any], bounds: tuple[float | None, float | None], kind: str) -> None:
+    low, high = bounds
     for value in values:
+        if isinstance(value, str):
+            raise InputError(f"input {name!r} must be {_DATATYPES.get(kind, kind)}", field=name)
         if not math.isfinite(value):
             raise InputError(f"input {name!r} must be finite", field=name)
-        if (bounds[0] is not None and value < bounds[0]) or (bounds[1] is not None and value > bounds[1]):
+        if (low is not None and value < low) or (high is not None and value > high):
             raise InputError(f"input {name!r} value {value} is outside the contract's range {bounds}", field=name)
 
 
@@ -162,9 +165,7 @@ def build_router(state: ServiceState) -> APIRouter:
         if "inference-header-content-length" in request.headers:
             raise InputError("the binary tensor data extension is not supported; send JSON tensors",
                              field="body")
-        body = validate(await read_json(request, state.settings.max_body_bytes, untyped_is_json=True),
-                        InferRequest)
-        assert isinstance(body, InferRequest)  # validate returns the model it was given
+        body = await read_model(request, InferRequest, state.settings.max_body_bytes, untyped_is_json=True)
         n, columns = _columns(body, loaded, bounds)
         request_id = request.state.request_id
         done = await state.inferences.submit(InferJob(columns, n, body.id or request_id, request_id, started))
