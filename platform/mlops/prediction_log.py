@@ -21,7 +21,7 @@ import os
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +39,8 @@ SEGMENT_SUFFIX = ".arrows"
 _ENTITY, _INPUT, _FEATURE = "entity.", "input.", "feature."
 _MAX_SEGMENT_ROWS = 200_000  # a new segment now and then keeps each file a readable size
 _BUFFER_BYTES = 1 << 16
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 
 
 class PredictionRecord(BaseModel):
@@ -71,12 +73,20 @@ def log_dir(settings: Settings) -> Path:
 
 
 def _row(record: PredictionRecord) -> dict[str, Any]:
-    # Attribute reads, not model_dump: this runs for every prediction on the writer thread.
+    # Attribute reads, not model_dump: this runs for every prediction. Times go to Arrow as integer
+    # microseconds (its timestamp columns' own unit): converting datetimes cost 15 us per record.
     row = {name: getattr(record, name) for name in _PLAIN_FIELDS}
+    row["event_timestamp"], row["logged_at"] = _micros(record.event_timestamp), _micros(record.logged_at)
     row.update({_ENTITY + k: v for k, v in record.entities.items()})
     row.update({_INPUT + k: v for k, v in record.inputs.items()})
     row.update({_FEATURE + k: float(v) for k, v in record.features.items()})
     return row
+
+
+def _micros(moment: datetime) -> int:
+    """Microseconds since the epoch; a naive time is read as UTC (as Arrow reads one)."""
+    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    return (aware - _EPOCH) // _MICROSECOND
 
 
 def _layout(row: dict[str, Any]) -> tuple[tuple[str, str], ...]:
