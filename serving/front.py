@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
+from fastapi.responses import PlainTextResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from serving.errors import error_response
@@ -63,18 +64,26 @@ class ServiceApp(FastAPI):
             if direct is None:
                 await super().__call__(scope, receive, send_with_id)
             else:
-                scope["app"] = self
-                request = Request(scope, receive)
-                try:
-                    response = await direct[1](request)
-                except Exception as exc:  # noqa: BLE001 - mapped as every route's errors are; others re-raised
-                    response = await error_response(request, exc)
-                await response(scope, receive, send_with_id)
+                await self._answer_directly(direct[1], scope, receive, send_with_id)
         finally:
             route = direct[0] if direct is not None else getattr(scope.get("route"), "path", "unmatched")
             counter, latency = self._labelled(route, status)
             counter.inc()
             latency.observe(time.perf_counter() - started)
+
+    async def _answer_directly(self, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["app"] = self
+        request = Request(scope, receive)
+        try:
+            response = await endpoint(request)
+        except Exception as exc:  # noqa: BLE001 - mapped as every route's errors are
+            try:
+                response = await error_response(request, exc)
+            except Exception:
+                # As FastAPI's own outermost layer does: a plain 500, then the error for the server's log.
+                await PlainTextResponse("Internal Server Error", status_code=500)(scope, receive, send)
+                raise
+        await response(scope, receive, send)
 
     def _labelled(self, route: str, status: int) -> tuple[Any, Any]:
         key = (route, status)
