@@ -15,7 +15,8 @@ longest window before its newest event plus the events of the instant just befor
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
+import operator
+from bisect import bisect_left, insort
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -95,13 +96,19 @@ def decode_history(view: FeatureViewSpec, stored: Any) -> History:
             return empty_history(view)
         raise ValueError(f"stored history of {view.view_name} is a {type(stored).__name__}, not JSON text")
     raw = orjson.loads(stored)
-    rows = sorted(zip((int(t) for t in raw[_TIMES]), (str(i) for i in raw[_IDS]),
-                      *([float(v) for v in raw[_VALUES][c]] for c in view.value_columns), strict=True))
-    if not rows:
+    times, ids = list(map(int, raw[_TIMES])), list(map(str, raw[_IDS]))
+    values = [list(map(float, raw[_VALUES][c])) for c in view.value_columns]
+    lengths = {len(times), len(ids), *map(len, values)}
+    if len(lengths) > 1:
+        raise ValueError(f"stored history of {view.view_name} has columns of different lengths")
+    if not times:
         return empty_history(view)
-    columns = list(zip(*rows, strict=True))
-    return History(ids=tuple(columns[1]), times=tuple(columns[0]),
-                   values={c: tuple(columns[2 + i]) for i, c in enumerate(view.value_columns)})
+    keys = list(zip(times, ids, strict=True))
+    if not all(map(operator.lt, keys, keys[1:])):  # written in order; anything else is put in order here
+        columns = list(zip(*sorted(zip(times, ids, *values, strict=True)), strict=True))
+        times, ids, values = list(columns[0]), list(columns[1]), [list(c) for c in columns[2:]]
+    return History(ids=tuple(ids), times=tuple(times),
+                   values={c: tuple(v) for c, v in zip(view.value_columns, values, strict=True)})
 
 
 def _window_value(feature: FeatureSpec, history: History, t_us: int) -> float:
@@ -161,15 +168,18 @@ def unknown_entities(contract: DataContract, histories: Mapping[str, History],
             if not (histories.get(view.view_name) or empty_history(view)).known_before(t_us)]
 
 
-def _pruned(view: FeatureViewSpec, events: list[tuple[Any, ...]]) -> History:
+def _pruned(view: FeatureViewSpec, events: list[tuple[Any, ...]], *, in_order: bool = False) -> History:
     """Keep the events of the horizon before the newest one, plus those of the instant before it."""
-    events.sort()
+    if not in_order:
+        events.sort()
     if events:
-        newest = events[-1][0]
-        earlier = [e[0] for e in events if e[0] < newest]
-        previous = earlier[-1] if earlier else newest
+        times = [e[0] for e in events]
+        newest = times[-1]
+        before_newest = bisect_left(times, newest)
+        previous = times[before_newest - 1] if before_newest else newest
         oldest = newest - int(view.history_horizon.total_seconds() * _MICROS)
-        events = [e for e in events if e[0] >= oldest or e[0] == previous]
+        # In time order, the kept events are a suffix: nothing lies between the previous instant and the newest.
+        events = events[bisect_left(times, min(previous, oldest)):]
     columns = list(zip(*events, strict=True)) if events else [()] * (2 + len(view.value_columns))
     return History(ids=tuple(columns[1]), times=tuple(columns[0]),
                    values={c: tuple(columns[2 + i]) for i, c in enumerate(view.value_columns)})
@@ -185,7 +195,12 @@ def append_event(view: FeatureViewSpec, history: History, event_id: str, t_us: i
     if event_id in history.ids:
         return None
     event = (t_us, event_id, *(float(values[c]) for c in view.value_columns))
-    return _pruned(view, [*_events(view, history), event])
+    events = _events(view, history)
+    if events and event < events[-1]:
+        insort(events, event)
+    else:  # the usual case: the newest event so far
+        events.append(event)
+    return _pruned(view, events, in_order=True)
 
 
 def merge_histories(view: FeatureViewSpec, current: History, incoming: History) -> History:
