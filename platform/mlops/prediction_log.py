@@ -41,6 +41,7 @@ _MAX_SEGMENT_ROWS = 200_000  # a new segment now and then keeps each file a read
 _BUFFER_BYTES = 1 << 16
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
+_DAY_MICROS = 86_400_000_000
 
 
 class PredictionRecord(BaseModel):
@@ -148,9 +149,10 @@ class _Segment:
 
     def write(self, rows: list[dict[str, Any]]) -> None:
         """Hand ``rows`` to the OS (survives SIGKILL); :meth:`sync` makes them survive power loss."""
-        # One conversion of the rows as structs: building column by column (from_pylist) cost
-        # about 4 us per column, 160 us for one 35-column record, most of a lone request's log write.
-        self.writer.write_batch(pa.RecordBatch.from_struct_array(pa.array(rows, type=self._struct)))
+        # One conversion of the rows as structs (tuples in the layout's order): building column by
+        # column (from_pylist) cost about 4 us per column, 160 us for one 35-column record.
+        values = [tuple(row.values()) for row in rows]
+        self.writer.write_batch(pa.RecordBatch.from_struct_array(pa.array(values, type=self._struct)))
         self.sink.flush()
         self.rows += len(rows)
 
@@ -193,13 +195,13 @@ class PredictionLog:
 
         Raises whatever the write raised: then none of them may be acknowledged.
         """
-        groups: dict[tuple[str, tuple[tuple[str, str], ...]], list[dict[str, Any]]] = {}
+        groups: dict[tuple[int, tuple[tuple[str, str], ...]], list[dict[str, Any]]] = {}
         for record in records:
             row = _row(record)
-            groups.setdefault((f"{record.logged_at.astimezone(UTC):%Y-%m-%d}", _layout(row)), []).append(row)
+            groups.setdefault((row["logged_at"] // _DAY_MICROS, _layout(row)), []).append(row)
         with self._lock:
             for (day, layout), rows in groups.items():
-                self._segment_for(day, layout).write(rows)
+                self._segment_for(f"{_EPOCH + timedelta(days=day):%Y-%m-%d}", layout).write(rows)
             if self.fsync_interval_s == 0:
                 for segment in self._segments.values():
                     segment.sync()
