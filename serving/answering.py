@@ -1,4 +1,4 @@
-"""Answering the jobs of one event-loop turn together (see serving.batching): the domain
+"""Answering the jobs of a few event-loop turns together (see serving.batching): the domain
 predictions (/predict, /predict/batch) and the Open Inference Protocol's infer.
 
 Per batch, whatever the number of requests: one online-store read per view and one write (the

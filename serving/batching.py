@@ -1,11 +1,13 @@
-"""Micro-batching of concurrent requests: the jobs submitted in one turn of the event loop are
-processed together.
+"""Micro-batching of concurrent requests: the jobs submitted during a few turns of the event loop
+are processed together.
 
-Under load, uvicorn starts many requests in the same turn of the loop; each route validates its
-own body and then submits a job here. One call of ``process`` then answers all of them: one
+Each route validates its own body and then submits a job here. The batch is processed
+``turns`` turns of the loop after its first job: every turn polls the sockets once, so requests
+that arrived meanwhile are parsed and join. One call of ``process`` then answers all of them: one
 online-store read and write, one ONNX Runtime call, one prediction-log write. A request alone
-waits two turns of the loop (microseconds); a turn with 16 requests costs a fraction of 16
-separate ones (see README "Serving speed").
+waits those turns (microseconds when nothing else is ready). Measured with 16 connections on
+/infer: processing after one turn gave batches of 5 rows on average and 2,900 req/s; after four
+turns, 15 rows and 4,400 req/s, with a lower p99 (see README "Serving speed").
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ Process = Callable[[list[JobT]], Awaitable[list[ResultT | Exception]]]
 
 
 class TurnBatcher(Generic[JobT, ResultT]):
-    """Collects the jobs of one event-loop turn and hands them to ``process`` as one list."""
+    """Collects the jobs of a few event-loop turns and hands them to ``process`` as one list."""
 
-    def __init__(self, process: Process[JobT, ResultT]) -> None:
+    def __init__(self, process: Process[JobT, ResultT], *, turns: int = 4) -> None:
         self._process = process
+        self._turns = turns
         self._pending: list[tuple[JobT, asyncio.Future[ResultT]]] = []
         self._running: set[asyncio.Task[None]] = set()  # strong references: the loop keeps only weak ones
 
@@ -33,14 +36,18 @@ class TurnBatcher(Generic[JobT, ResultT]):
         """``job``'s result, once the batch it joined is processed; raises the job's exception."""
         loop = asyncio.get_running_loop()
         if not self._pending:
-            loop.call_soon(self._dispatch)
+            loop.call_soon(self._dispatch, self._turns)
         future: asyncio.Future[ResultT] = loop.create_future()
         self._pending.append((job, future))
         return await future
 
-    def _dispatch(self) -> None:
+    def _dispatch(self, turns_left: int) -> None:
+        loop = asyncio.get_running_loop()
+        if turns_left > 1:  # let the loop poll the sockets again: requests that arrived meanwhile join
+            loop.call_soon(self._dispatch, turns_left - 1)
+            return
         batch, self._pending = self._pending, []
-        task = asyncio.get_running_loop().create_task(self._run(batch))
+        task = loop.create_task(self._run(batch))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 

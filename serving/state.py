@@ -31,7 +31,7 @@ class ServiceState:
     predictor: Predictor | None = None
     shadow_pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="shadow"))
-    # The requests of one event-loop turn, answered together (serving.batching).
+    # Concurrent requests, answered together (serving.batching).
     predictions: TurnBatcher[PredictJob, list[dict[str, Any]]] = field(init=False)
     inferences: TurnBatcher[InferJob, Inference] = field(init=False)
 

@@ -307,7 +307,7 @@ def test_online_write_through_features_match_brute_force(
 def test_events_recorded_in_batches_see_the_same_features_as_one_by_one(
         contract: DataContract, online: OnlineFeatures, events: list[tuple[str, str, timedelta, float]],
         seed: int, cuts: set[int]) -> None:
-    """The service records the requests of one event-loop turn together: each still sees the earlier ones."""
+    """The service records concurrent requests together: each still sees the earlier ones."""
     frame = stream_frame(events, prefix=f"{uuid.uuid4().hex[:8]}-")
     order = sorted(range(len(frame)), key=lambda i: (frame[TS].iloc[i], random.Random(seed + i).random()))
     edges = [0, *sorted(c for c in cuts if c < len(order)), len(order)]

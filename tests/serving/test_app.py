@@ -285,7 +285,7 @@ def test_shadow_mode_logs_the_challenger_beside_the_champion(
     assert challenger.features == champion.features
 
 
-def test_requests_of_one_event_loop_turn_are_answered_together_and_fail_alone(
+def test_concurrent_requests_are_answered_together_and_fail_alone(
     client: TestClient, platform_home: ServedPlatform, body: dict[str, Any]
 ) -> None:
     """Concurrent requests meet in one batch: one ONNX call, each sees the earlier ones of its card,
