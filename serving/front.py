@@ -12,6 +12,7 @@ uses (serving.errors).
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import time
 import uuid
@@ -37,7 +38,9 @@ class ServiceApp(FastAPI):
         self.metrics = metrics
         self._direct: dict[str, tuple[str, Endpoint]] = {}
         self._children: dict[tuple[str, int], tuple[Any, Any]] = {}  # labelled metrics, looked up once
-        self._id_prefix, self._id_counter = uuid.uuid4().hex[:24], itertools.count()
+        self._reseed_request_ids()
+        # A server that forks after creating the app (gunicorn --preload) must not repeat ids across workers.
+        os.register_at_fork(after_in_child=self._reseed_request_ids)
 
     def answer_directly(self, path: str, route: str, endpoint: Endpoint) -> None:
         """Answer POST ``path`` with ``endpoint`` itself, counted under ``route`` (its declared path)."""
@@ -86,6 +89,9 @@ class ServiceApp(FastAPI):
                 await PlainTextResponse("Internal Server Error", status_code=500)(scope, receive, send)
                 raise
         await response(scope, receive, send)
+
+    def _reseed_request_ids(self) -> None:
+        self._id_prefix, self._id_counter = uuid.uuid4().hex[:24], itertools.count()
 
     def _new_request_id(self) -> str:
         """This process's random prefix and a counter: 32 hex digits, unique (a uuid4 per request cost 10 us)."""

@@ -3,6 +3,10 @@ request ids, metrics), and everything else still goes through FastAPI."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 from fastapi import Request, Response
 from fastapi.testclient import TestClient
 
@@ -74,3 +78,28 @@ def test_an_unexpected_error_in_a_direct_route_is_a_counted_500_with_a_request_i
     assert (answer.status_code, answer.text) == (500, "Internal Server Error")
     assert answer.headers["x-request-id"] == "given-3"
     assert _count(metrics, "/crash", "500") == 1.0
+
+
+FORKED_IDS = """
+import os, sys
+from fastapi.testclient import TestClient
+sys.path[:0] = sys.argv[1:]
+from test_front import _app
+app, _ = _app()  # created before the fork, as a preloading server does
+child = os.fork()
+with TestClient(app) as client:
+    print(("child" if child == 0 else "parent"), client.post("/models/m/echo").headers["x-request-id"], flush=True)
+if child:
+    os.waitpid(child, 0)
+"""
+
+
+def test_request_ids_assigned_after_a_fork_differ_from_the_parents() -> None:
+    # A fresh interpreter: forking this (threaded) test process could deadlock the child.
+    here = Path(__file__).parent
+    out = subprocess.run([sys.executable, "-c", FORKED_IDS, str(here), *sys.path], capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    ids = dict(line.split() for line in out.splitlines())
+    assert set(ids) == {"child", "parent"}
+    assert len(ids["child"]) == len(ids["parent"]) == 32
+    assert ids["child"][:24] != ids["parent"][:24]
