@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import time
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -193,6 +194,10 @@ def test_stored_history_round_trips_and_reads_in_time_order(contract: DataContra
     history = decode_history(view, stored)
     assert (history.ids, history.times, history.values["amount"]) == (("early", "late"), (10, 20), (2.5, 0.1))
     assert decode_history(view, history.encode(view)) == history
+    # Out of order although the ids alone are in order: the time decides, then the id.
+    unordered = decode_history(view, '{"ids":["a","b","c"],"times":[30,10,10],"values":{"amount":[3.0,1.0,2.0]}}')
+    assert (unordered.ids, unordered.times, unordered.values["amount"]) == (("b", "c", "a"), (10, 10, 30),
+                                                                            (1.0, 2.0, 3.0))
     assert stored_fields(view, history) == {"events": history.encode(view), "newest_event_us": 20}
     for missing in (None, float("nan"), '{"ids":[],"times":[],"values":{"amount":[]}}'):
         assert decode_history(view, missing) == empty_history(view)
@@ -239,6 +244,21 @@ def test_offline_history_rows_are_the_online_histories(contract: DataContract) -
         assert table.to_dict("records") == expected
         empty = build_history_table(frame.iloc[:0], contract, view)
         assert (len(empty), list(empty.columns)) == (0, [key, TS, "events", "newest_event_us"])
+
+
+def test_times_do_not_depend_on_the_machines_zone(contract: DataContract, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Naive times are UTC and aware ones are converted to UTC, on a machine set to Berlin too."""
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    try:
+        utc = datetime(2026, 3, 8, 18, 0, 30, tzinfo=UTC)
+        naive, at_plus_two = utc.replace(tzinfo=None), utc.astimezone(timezone(timedelta(hours=2)))
+        for moment in (naive, at_plus_two, pd.Timestamp(naive), pd.Timestamp(at_plus_two)):
+            assert to_micros(moment) == 1_772_992_830_000_000
+            assert compute_features(contract, {}, moment) == compute_features(contract, {}, utc)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 @pytest.mark.parametrize(("moment", "hour_angle", "day_angle"), [
