@@ -6,7 +6,7 @@ For them, FastAPI's layers did nothing but cost time: its middleware stack, rout
 route tried in turn) and dependency solving took about a third of /infer's CPU time. They stay
 declared in FastAPI (the OpenAPI schema, other methods, other model names); their POSTs are
 dispatched here by exact path, and their errors are answered by the handlers every other route
-uses (serving.errors).
+uses (serving.errors). Once a middleware is added to the app, every request goes through FastAPI.
 """
 
 from __future__ import annotations
@@ -64,7 +64,9 @@ class ServiceApp(FastAPI):
                 message.setdefault("headers", []).append(id_header)
             await send(message)
 
-        direct = self._direct.get(scope["path"]) if scope["method"] == "POST" else None
+        # A middleware added to the app (tracing, CORS, a test's injected delay) must see every
+        # request: with one installed, the hot routes go through FastAPI like the rest.
+        direct = self._direct.get(scope["path"]) if scope["method"] == "POST" and not self.user_middleware else None
         try:
             if direct is None:
                 await super().__call__(scope, receive, send_with_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from fastapi import Request, Response
@@ -78,6 +79,28 @@ def test_an_unexpected_error_in_a_direct_route_is_a_counted_500_with_a_request_i
     assert (answer.status_code, answer.text) == (500, "Internal Server Error")
     assert answer.headers["x-request-id"] == "given-3"
     assert _count(metrics, "/crash", "500") == 1.0
+
+
+def test_with_a_middleware_added_the_direct_routes_go_through_it() -> None:
+    app, metrics = _app()
+    seen: list[str] = []
+
+    async def direct(request: Request) -> Response:
+        return json_response({"answered": "directly"})
+
+    app.answer_directly("/declared", "/declared", direct)  # declared in FastAPI too, as the service's are
+
+    @app.middleware("http")
+    async def record(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        seen.append(request.url.path)
+        return await call_next(request)
+
+    with TestClient(app) as client:
+        answer = client.post("/declared")
+
+    assert (answer.status_code, answer.json()["field"]) == (422, "amount")  # FastAPI's route answered
+    assert seen == ["/declared"]
+    assert _count(metrics, "/declared", "422") == 1.0
 
 
 FORKED_IDS = """
