@@ -59,9 +59,7 @@ def _authorize(credentials: HTTPAuthorizationCredentials | None, settings: Setti
 async def _reason(request: Request, state: ServiceState) -> str:
     if not int(request.headers.get("content-length", "0") or "0"):
         return ""
-    body = await read_model(request, SwitchRequest, state.settings.max_body_bytes)
-    assert isinstance(body, SwitchRequest)
-    return body.reason
+    return (await read_model(request, SwitchRequest, state.settings.max_body_bytes)).reason
 
 
 def build_router(state: ServiceState) -> APIRouter:

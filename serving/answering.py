@@ -106,12 +106,12 @@ async def answer_inference(state: ServiceState, jobs: list[InferJob]) -> list[In
         probabilities = [float(p) for p in loaded.model.predict_columns(columns)]
         state.metrics.inference.observe(time.perf_counter() - started)
         state.metrics.batch_size.observe(len(probabilities))
-        now = time.perf_counter()
+        now, features = time.perf_counter(), frozenset(state.contract.feature_names)
         records = []
         for job, part in zip(jobs, parts, strict=True):
             for index, probability in enumerate(probabilities[part]):
                 row = {name: values[index] for name, values in job.columns.items()}
-                records.append(_infer_record(state, loaded, job, index, row, probability, now - job.started))
+                records.append(_infer_record(state, loaded, job, index, row, features, probability, now - job.started))
         state.prediction_log.write(records)
     except Exception as exc:  # noqa: BLE001 - no request of the batch is answered
         return [exc] * len(jobs)
@@ -125,9 +125,8 @@ def _slices(sizes: Sequence[int]) -> list[slice]:
 
 
 def _infer_record(state: ServiceState, loaded: LoadedModel, job: InferJob, index: int, row: dict[str, Any],
-                  probability: float, latency: float) -> PredictionRecord:
+                  features: frozenset[str], probability: float, latency: float) -> PredictionRecord:
     now = datetime.now(UTC)
-    features = set(state.contract.feature_names)
     state.metrics.probability.observe(probability)
     return PredictionRecord.model_construct(  # values already checked against the graph and contract
         event_id=f"{job.id}/{index}", event_timestamp=now, logged_at=now, entities={},

@@ -205,9 +205,9 @@ class OnlineFeatures:
                          _utc(history.times[-1]))
 
     def _read_view(self, view: FeatureViewSpec, entities: Sequence[str]) -> list[History]:
-        with _store_call("read"):
+        with _store_call("read"):  # a stored value that does not decode is the store's failure too
             texts = self.rows.read(view.view_name, self._keys[view.view_name], entities, EVENTS_FIELD)
-        return [decode_history(view, text) for text in texts]
+            return [decode_history(view, text) for text in texts]
 
     def close(self) -> None:
         self.rows.close()

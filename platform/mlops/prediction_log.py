@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
+from mlops.features import to_micros
 from mlops.settings import Settings
 
 if TYPE_CHECKING:
@@ -40,7 +41,6 @@ _ENTITY, _INPUT, _FEATURE = "entity.", "input.", "feature."
 _MAX_SEGMENT_ROWS = 200_000  # a new segment now and then keeps each file a readable size
 _BUFFER_BYTES = 1 << 16
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
 _DAY_MICROS = 86_400_000_000
 
 
@@ -77,17 +77,11 @@ def _row(record: PredictionRecord) -> dict[str, Any]:
     # Attribute reads, not model_dump: this runs for every prediction. Times go to Arrow as integer
     # microseconds (its timestamp columns' own unit): converting datetimes cost 15 us per record.
     row = {name: getattr(record, name) for name in _PLAIN_FIELDS}
-    row["event_timestamp"], row["logged_at"] = _micros(record.event_timestamp), _micros(record.logged_at)
+    row["event_timestamp"], row["logged_at"] = to_micros(record.event_timestamp), to_micros(record.logged_at)
     row.update({_ENTITY + k: v for k, v in record.entities.items()})
     row.update({_INPUT + k: v for k, v in record.inputs.items()})
     row.update({_FEATURE + k: float(v) for k, v in record.features.items()})
     return row
-
-
-def _micros(moment: datetime) -> int:
-    """Microseconds since the epoch; a naive time is read as UTC (as Arrow reads one)."""
-    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-    return (aware - _EPOCH) // _MICROSECOND
 
 
 def _layout(row: dict[str, Any]) -> tuple[tuple[str, str], ...]:

@@ -109,7 +109,7 @@ def _feast_seconds(moment: datetime) -> int:
 
 
 class SqliteOnlineRows:
-    """Reads without a lock (a WAL connection per thread), writes of one request in one transaction."""
+    """Reads without a lock (a WAL connection per thread); each write call is one transaction."""
 
     local = True
 

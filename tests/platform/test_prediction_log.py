@@ -86,6 +86,22 @@ def test_a_failed_write_is_never_acknowledged(tmp_path: Path) -> None:
     log.close()
 
 
+def test_records_of_other_layouts_in_one_write_keep_their_own_columns(tmp_path: Path) -> None:
+    """/infer records have no entity keys and a challenger no latency; one write may mix them all."""
+    log = PredictionLog(tmp_path)
+    domain, challenger = _record(1), _record(2, role="challenger").model_copy(update={"latency_s": None})
+    infer = _record(3).model_copy(update={"entities": {}, "inputs": {"amount": 13.0}})
+    log.write([infer, domain, challenger])
+    log.close()
+
+    assert read_predictions(tmp_path) == [domain, challenger, infer]
+    frame = read_prediction_frame(tmp_path)
+    assert frame["event_id"].tolist() == ["T1", "T2", "T3"]
+    assert frame["customer_id"].tolist()[:2] == ["C1", "C2"]
+    assert frame["latency_s"].isna().tolist() == [False, True, False]
+    assert frame["country"].tolist()[:2] == ["US", "US"]
+
+
 @pytest.fixture
 def fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """When each os.fsync of this test ran (the real fsync runs too)."""

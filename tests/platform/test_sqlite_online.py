@@ -137,3 +137,16 @@ def test_a_corrupt_store_is_an_error_not_an_unknown_entity(contract: DataContrac
     online = OnlineFeatures(SqliteOnlineRows(corrupt, "fraud"), contract)
     with pytest.raises(FeatureStoreError, match="online store read failed: DatabaseError"):
         online.read({"customer_id": "C1", "merchant_id": "M1"})
+
+
+def test_a_stored_history_that_does_not_decode_is_an_error_not_an_unknown_entity(
+        published: tuple[Settings, FeatureStore], contract: DataContract) -> None:
+    settings, _ = published
+    view = contract.feature_views[0]
+    direct = SqliteOnlineRows.from_feast_config(store_config(settings))
+    direct.write([OnlineRow(view.view_name, contract.entity(view.entity).join_key, "C-torn",
+                            {EVENTS_FIELD: '{"ids": ["T1"], "times": [', NEWEST_FIELD: 1}, MOMENT)])
+    online = OnlineFeatures(direct, contract)
+    with pytest.raises(FeatureStoreError, match="online store read failed: JSONDecodeError"):
+        online.read({"customer_id": "C-torn", "merchant_id": "M1"})
+    online.close()
