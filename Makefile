@@ -8,7 +8,7 @@ UV_VERSION := 0.13.9
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint serve compile lock clean validate-infra infra-rules mutation repro stack stack-down stack-status gates gates-baseline
+.PHONY: setup demo test lint serve compile lock grpc-stubs clean validate-infra infra-rules mutation repro stack stack-down stack-status gates gates-baseline
 
 setup: $(STAMP)
 
@@ -111,6 +111,14 @@ stack-status: setup
 
 compile: setup
 	$(VENV)/bin/mlops pipeline compile
+
+# The Open Inference Protocol's gRPC messages, generated into a private descriptor pool (tritonclient.grpc
+# registers the same message names in the default one, and both live in the test processes).
+grpc-stubs: setup
+	$(PY) -m grpc_tools.protoc -Iserving/oip_grpc --python_out=serving/oip_grpc --pyi_out=serving/oip_grpc \
+		serving/oip_grpc/inference.proto
+	sed -i 's/^DESCRIPTOR = _descriptor_pool.Default()/DESCRIPTOR = _descriptor_pool.DescriptorPool()/' \
+		serving/oip_grpc/inference_pb2.py
 
 lock:
 	$(UV) pip compile pyproject.toml --extra dev --python-version 3.11 $(FIND_LINKS) -o requirements.lock --quiet

@@ -33,6 +33,7 @@ from mlops.settings import Settings
 from serving import admin, oip
 from serving.answering import PredictJob
 from serving.body import json_response, openapi_body, read_model
+from serving.docs import install_offline_docs
 from serving.errors import ErrorResponse, install_error_handlers
 from serving.front import ServiceApp
 from serving.lifecycle import ModelManager
@@ -67,17 +68,29 @@ def _lifespan(state: ServiceState) -> Callable[[FastAPI], AbstractAsyncContextMa
             # Start-up leaves ~300,000 long-lived objects (MLflow, SQLAlchemy, FastAPI); a full
             # collection scanned them all for ~240 ms, a stall that set /predict's p99. Frozen,
             # the collector skips them.
+            grpc_server = await _start_grpc(state)
             gc.collect()
             gc.freeze()
             try:
                 yield
             finally:
+                if grpc_server is not None:
+                    await grpc_server.stop(grace=5)
                 await run_in_threadpool(state.manager.stop)
                 state.shadow_pool.shutdown(wait=True)
                 state.prediction_log.close()
                 online.close()
 
     return lifespan
+
+
+async def _start_grpc(state: ServiceState) -> Any:
+    """The Open Inference Protocol's gRPC server when MLOPS_GRPC_PORT is set (grpc is imported only then)."""
+    if not state.settings.grpc_port:
+        return None
+    from serving.oip_grpc.service import start_server
+
+    return await start_server(state)
 
 
 def keep_training_stack_out() -> None:
@@ -103,9 +116,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     request_model = build_request_model(contract)
     response_model = build_response_model(contract)
     batch_request, batch_response = build_batch_models(request_model, response_model)
-    app = ServiceApp(metrics=metrics, title="Fraud prediction service", lifespan=_lifespan(state))
+    app = ServiceApp(metrics=metrics, title="Fraud prediction service", lifespan=_lifespan(state),
+                     docs_url=None, redoc_url=None)
     app.state.service = state
     install_error_handlers(app)
+    install_offline_docs(app)
 
     @app.post("/predict", responses={200: {"model": response_model}, **_ERROR_RESPONSES},
               openapi_extra=openapi_body(request_model))

@@ -40,6 +40,11 @@ async def read_model(request: Request, model: type[ModelT], max_bytes: int, *, u
     if not untyped and content_type != "application/json" and not content_type.endswith("+json"):
         raise UnsupportedMediaTypeError(
             f"content-type must be application/json, got {content_type or 'none'!r}", field="content-type")
+    return parse_model(model, await read_bytes(request, max_bytes))
+
+
+async def read_bytes(request: Request, max_bytes: int) -> bytearray:
+    """The whole body, whatever its type; 413 beyond ``max_bytes`` (declared or counted as it arrives)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise PayloadTooLargeError(f"body of {declared} bytes exceeds the limit of {max_bytes}", field="body")
@@ -48,6 +53,11 @@ async def read_model(request: Request, model: type[ModelT], max_bytes: int, *, u
         raw += chunk
         if len(raw) > max_bytes:
             raise PayloadTooLargeError(f"body exceeds the limit of {max_bytes} bytes", field="body")
+    return raw
+
+
+def parse_model(model: type[ModelT], raw: bytes | bytearray) -> ModelT:
+    """``raw`` JSON as ``model``; a 422 naming the field when it does not fit."""
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:

@@ -1,8 +1,12 @@
 """Open Inference Protocol v2 (REST) over the served model: health, model metadata, readiness, infer.
 
-Standard clients (tritonclient, KServe's) work unchanged with JSON tensors. ``infer`` takes the
-graph's own inputs (raw request fields plus the computed features), so it never touches the
-feature store; each answered row is logged like a domain prediction. Errors are ``{"error": ...}``.
+Standard clients (tritonclient, KServe's) work unchanged, with JSON tensors or the binary tensor
+data extension (their default): a body whose first ``Inference-Header-Content-Length`` bytes are
+the JSON header and whose rest are the inputs' raw bytes (serving.tensors), and an answer in the
+same layout when the request asks for binary outputs. ``infer`` takes the graph's own inputs (raw
+request fields plus the computed features), so it never touches the feature store; each answered
+row is logged like a domain prediction. The gRPC service (serving.oip_grpc) answers through
+:func:`run_infer`, the same checks, batching and log. Errors are ``{"error": ...}``.
 """
 
 from __future__ import annotations
@@ -11,13 +15,15 @@ import math
 import time
 from typing import Annotated, Any, Literal
 
+import orjson
 from fastapi import APIRouter, Path, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from mlops.contract import DataContract
 from mlops.errors import InputError, NotFoundError
-from serving.answering import InferJob
-from serving.body import json_response, openapi_body, read_model
+from serving import tensors
+from serving.answering import Inference, InferJob
+from serving.body import json_response, openapi_body, parse_model, read_bytes, read_model
 from serving.errors import OipErrorResponse
 from serving.lifecycle import LoadedModel
 from serving.schemas import MAX_BATCH
@@ -36,8 +42,9 @@ class InferInput(BaseModel):
     name: Annotated[str, Field(min_length=1, max_length=64)]
     shape: Annotated[list[Annotated[int, Field(ge=0, le=MAX_BATCH)]], Field(min_length=1, max_length=2)]
     datatype: Literal["FP32", "FP64", "INT32", "INT64", "BYTES"]
-    data: Annotated[list[StrictFloat | StrictInt | Annotated[StrictStr, Field(max_length=64)]],
-                    Field(max_length=MAX_BATCH)]
+    # None: the values follow the JSON header as raw bytes (parameters.binary_data_size of them).
+    data: Annotated[list[StrictFloat | StrictInt | Annotated[StrictStr, Field(max_length=tensors.MAX_TEXT)]],
+                    Field(max_length=MAX_BATCH)] | None = None
     parameters: Parameters | None = None
 
 
@@ -76,9 +83,10 @@ class InferResponse(BaseModel):
 
 
 Bounds = dict[str, tuple[float | None, float | None]]
+BINARY_HEADER = "inference-header-content-length"
 
 
-def _contract_bounds(contract: DataContract) -> Bounds:
+def contract_bounds(contract: DataContract) -> Bounds:
     """The contract's range of each raw input (computed features have none)."""
     return {name: (contract.column(name).min, contract.column(name).max) for name in contract.raw_inputs}
 
@@ -86,17 +94,24 @@ def _contract_bounds(contract: DataContract) -> Bounds:
 def _columns(request: InferRequest, loaded: LoadedModel, bounds: Bounds) -> tuple[int, dict[str, list[Any]]]:
     """Check every tensor against the graph and the contract; the rows' count and the columns."""
     types = loaded.model.input_types
+    output = loaded.model.output_name
+    unknown_outputs = sorted({o.name for o in request.outputs or []} - {output})
+    if unknown_outputs:
+        raise InputError(f"outputs {unknown_outputs} are not the model's; it has {output!r}", field="outputs")
     given = [t.name for t in request.inputs]
     if len(given) != len(types) or set(given) != types.keys():
         missing, unknown = sorted(set(types) - set(given)), sorted(set(given) - set(types))
         raise InputError(f"inputs must be exactly the model's, once each: missing {missing}, unknown {unknown}",
                          field="inputs")
-    n = len(request.inputs[0].data)
-    if n == 0 or any(len(t.data) != n for t in request.inputs):
+    missing_data = [t.name for t in request.inputs if t.data is None]
+    if missing_data:
+        raise InputError(f"inputs {missing_data} carry neither data nor binary_data_size", field="inputs")
+    n = len(request.inputs[0].data or ())
+    if n == 0 or any(len(t.data or ()) != n for t in request.inputs):
         raise InputError("every input tensor must hold the same, non-zero number of rows", field="inputs")
     columns: dict[str, list[Any]] = {}
     for tensor in request.inputs:
-        name, data = tensor.name, tensor.data
+        name, data = tensor.name, tensor.data or []
         if tensor.shape != [n] and tensor.shape != [n, 1]:
             raise InputError(f"input {name!r}: shape {tensor.shape} does not match its {n} values", field=name)
         text = types[name] == _STRING_TYPE
@@ -119,17 +134,79 @@ def _check_numbers(name: str, values: list[Any], bounds: tuple[float | None, flo
             raise InputError(f"input {name!r} value {value} is outside the contract's range {bounds}", field=name)
 
 
+def _with_binary_data(request: InferRequest, raw: memoryview) -> InferRequest:
+    """``request`` with each binary input's values read, in order, from the bytes after the header."""
+    inputs, offset = [], 0
+    for tensor in request.inputs:
+        size = (tensor.parameters or {}).get("binary_data_size")
+        if size is None:
+            inputs.append(tensor)
+            continue
+        if tensor.data is not None or not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise InputError(f"input {tensor.name!r}: binary_data_size must be a byte count, and then no data",
+                             field=tensor.name)
+        if offset + size > len(raw):
+            raise InputError(f"input {tensor.name!r}: binary_data_size {size} runs past the body's end",
+                             field=tensor.name)
+        inputs.append(tensor.model_copy(update={
+            "data": tensors.decode(tensor.name, tensor.datatype, raw[offset:offset + size])}))
+        offset += size
+    if offset != len(raw):
+        raise InputError(f"{len(raw) - offset} bytes after the header belong to no input's binary_data_size",
+                         field="body")
+    return request.model_copy(update={"inputs": inputs})
+
+
+async def _read_infer(request: Request, max_bytes: int) -> InferRequest:
+    header = request.headers.get(BINARY_HEADER)
+    if header is None:
+        return await read_model(request, InferRequest, max_bytes, untyped_is_json=True)
+    raw = await read_bytes(request, max_bytes)
+    if not header.isdigit() or int(header) > len(raw):
+        raise InputError(f"Inference-Header-Content-Length must be the JSON header's byte count, at most the "
+                         f"body's {len(raw)}; got {header!r}", field=BINARY_HEADER)
+    size = int(header)
+    return _with_binary_data(parse_model(InferRequest, raw[:size]), memoryview(raw)[size:])
+
+
+def _binary_output(request: InferRequest) -> bool:
+    """Whether the answer's output goes as raw bytes: asked for per output, else for all outputs."""
+    if request.outputs:
+        return any((o.parameters or {}).get("binary_data") is True for o in request.outputs)
+    return (request.parameters or {}).get("binary_data_output") is True
+
+
+async def run_infer(state: ServiceState, request: InferRequest, name: str, bounds: Bounds, request_id: str,
+                    started: float) -> tuple[int, Inference]:
+    """Check ``request`` against the served model and the contract, score it in the next batch, log it."""
+    loaded = _model(state, name)
+    n, columns = _columns(request, loaded, bounds)
+    return n, await state.inferences.submit(InferJob(columns, n, request.id or request_id, request_id, started))
+
+
 def _model(state: ServiceState, name: str) -> LoadedModel:
     if name != state.settings.model_name:
         raise NotFoundError(f"model {name!r} is not served here; this service serves {state.settings.model_name!r}")
     return state.manager.require()
 
 
+def model_metadata(state: ServiceState, name: str) -> dict[str, Any]:
+    """The served model's versions and tensors, as the protocol's metadata answer (404, 503)."""
+    loaded = _model(state, name)
+    session = loaded.model.session
+    return {
+        "name": name, "versions": [loaded.served.version], "platform": "onnxruntime_onnx",
+        "inputs": [{"name": i.name, "datatype": _DATATYPES.get(i.type, i.type), "shape": [-1, 1]}
+                   for i in session.get_inputs()],
+        "outputs": [{"name": o.name, "datatype": "FP32", "shape": [-1, 1]} for o in session.get_outputs()],
+    }
+
+
 def build_router(state: ServiceState) -> APIRouter:
     router = APIRouter(prefix="/v2", tags=["Open Inference Protocol v2"], responses=_ERRORS)
     # A default, not an Annotated alias: annotations are strings here and FastAPI reads module globals.
     model_name = Path(max_length=128, examples=[state.settings.model_name])
-    bounds = _contract_bounds(state.contract)
+    bounds = contract_bounds(state.contract)
 
     @router.get("/health/live")
     async def live() -> dict[str, bool]:
@@ -144,14 +221,7 @@ def build_router(state: ServiceState) -> APIRouter:
 
     @router.get("/models/{name}")
     async def metadata(name: str = model_name) -> dict[str, Any]:
-        loaded = _model(state, name)
-        session = loaded.model.session
-        return {
-            "name": name, "versions": [loaded.served.version], "platform": "onnxruntime_onnx",
-            "inputs": [{"name": i.name, "datatype": _DATATYPES.get(i.type, i.type), "shape": [-1, 1]}
-                       for i in session.get_inputs()],
-            "outputs": [{"name": o.name, "datatype": "FP32", "shape": [-1, 1]} for o in session.get_outputs()],
-        }
+        return model_metadata(state, name)
 
     @router.get("/models/{name}/ready")
     async def model_ready(name: str = model_name) -> dict[str, Any]:
@@ -161,18 +231,19 @@ def build_router(state: ServiceState) -> APIRouter:
                  openapi_extra=openapi_body(InferRequest))
     async def infer(request: Request, name: str = model_name) -> Response:
         started = time.perf_counter()
-        loaded = _model(state, name)
-        if "inference-header-content-length" in request.headers:
-            raise InputError("the binary tensor data extension is not supported; send JSON tensors",
-                             field="body")
-        body = await read_model(request, InferRequest, state.settings.max_body_bytes, untyped_is_json=True)
-        n, columns = _columns(body, loaded, bounds)
+        _model(state, name)  # 404 or 503 before reading the body
+        body = await _read_infer(request, state.settings.max_body_bytes)
         request_id = request.state.request_id
-        done = await state.inferences.submit(InferJob(columns, n, body.id or request_id, request_id, started))
-        return json_response({
-            "model_name": name, "model_version": done.loaded.served.version, "id": body.id or request_id,
-            "outputs": [{"name": done.loaded.model.output_name, "datatype": "FP32", "shape": [n, 1],
-                         "data": done.probabilities}],
-        })
+        n, done = await run_infer(state, body, name, bounds, request_id, started)
+        output: dict[str, Any] = {"name": done.loaded.model.output_name, "datatype": "FP32", "shape": [n, 1]}
+        answer = {"model_name": name, "model_version": done.loaded.served.version, "id": body.id or request_id,
+                  "outputs": [output]}
+        if not _binary_output(body):
+            return json_response({**answer, "outputs": [{**output, "data": done.probabilities}]})
+        raw = tensors.encode_fp32(done.probabilities)
+        output["parameters"] = {"binary_data_size": len(raw)}
+        header = orjson.dumps(answer)
+        return Response(content=header + raw, media_type="application/octet-stream",
+                        headers={BINARY_HEADER: str(len(header))})
 
     return router

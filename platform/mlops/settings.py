@@ -91,6 +91,7 @@ class Settings(BaseSettings):
         "an answer waits only for the OS to hold the record, which survives SIGKILL but not power loss.")
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
+    grpc_port: int = Field(default=0, ge=0, le=65535, description="Open Inference Protocol gRPC port (0: none).")
     # Monitoring: drift levels, the cool-down between fallback switches, where its actions go.
     drift_psi_warning: float = Field(default=0.1, gt=0, description="PSI at which a feature's drift is WARNING.")
     drift_psi_critical: float = Field(default=0.2, gt=0, description="PSI at which a feature's drift is CRITICAL.")
