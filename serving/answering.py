@@ -2,7 +2,8 @@
 predictions (/predict, /predict/batch) and the Open Inference Protocol's infer.
 
 Per batch, whatever the number of requests: one online-store read per view and one write (the
-requests recorded in order), one ONNX Runtime call, one prediction-log write. A request's own
+requests recorded in order), one ONNX Runtime call per model (the champion, and the canary for
+the customers it takes), one prediction-log write. A request's own
 problem (an event time in the future) fails that request alone; a failure of the store, the model
 or the log fails every request of the batch, and none of them is answered with a 200.
 """
@@ -22,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from mlops.errors import InputError, MLOpsError
 from mlops.prediction_log import PredictionRecord
 from serving.lifecycle import LoadedModel
-from serving.predictor import prediction_record
+from serving.predictor import Gathered, Predictor, prediction_record
 
 if TYPE_CHECKING:
     from serving.state import ServiceState
@@ -80,19 +81,21 @@ async def answer_predictions(state: ServiceState, jobs: list[PredictJob]) -> lis
                 gathered = predictor.gather(requests, moments)
             else:
                 gathered = await run_in_threadpool(predictor.gather, requests, moments)
-            probabilities = predictor.score(loaded, gathered)
+            models = _models_for(state, loaded, gathered)
+            probabilities = _score_each(predictor, gathered, models)
             now = time.perf_counter()
             state.prediction_log.write([
-                prediction_record(loaded, g, p, request_id=job.request_id, latency_s=now - job.started)
+                prediction_record(m, g, p, request_id=job.request_id, latency_s=now - job.started,
+                                  role="champion" if m is loaded else "canary")
                 for (_, job), part in zip(accepted, parts, strict=True)
-                for g, p in zip(gathered[part], probabilities[part], strict=True)])
+                for g, p, m in zip(gathered[part], probabilities[part], models[part], strict=True)])
         except Exception as exc:  # noqa: BLE001 - the store, model or log failed: no request of the batch is answered
             results.update((index, exc) for index, _ in accepted)
         else:
             for (index, job), part in zip(accepted, parts, strict=True):
                 state.shadow(gathered[part], job.request_id)
-                results[index] = [predictor.answer(loaded, g, p, job.request_id)
-                                  for g, p in zip(gathered[part], probabilities[part], strict=True)]
+                results[index] = [predictor.answer(m, g, p, job.request_id)
+                                  for g, p, m in zip(gathered[part], probabilities[part], models[part], strict=True)]
     return [results[index] for index in range(len(jobs))]
 
 
@@ -116,6 +119,28 @@ async def answer_inference(state: ServiceState, jobs: list[InferJob]) -> list[In
     except Exception as exc:  # noqa: BLE001 - no request of the batch is answered
         return [exc] * len(jobs)
     return [Inference(loaded, probabilities[part]) for part in parts]
+
+
+def _models_for(state: ServiceState, champion: LoadedModel, gathered: list[Gathered]) -> list[LoadedModel]:
+    """The model that answers each row: the canary for the customers it takes, else the champion."""
+    canary = state.manager.canary  # read once: a batch is answered by one canary, whatever the poller does
+    if canary is None:
+        return [champion] * len(gathered)
+    key = state.contract.entities[0].join_key
+    return [canary.loaded if canary.takes(g.keys[key]) else champion for g in gathered]
+
+
+def _score_each(predictor: Predictor, gathered: list[Gathered], models: list[LoadedModel]) -> list[float]:
+    """Each row's probability from its own model: one ONNX Runtime call per model."""
+    groups: dict[int, list[int]] = {}
+    for index, model in enumerate(models):
+        groups.setdefault(id(model), []).append(index)
+    probabilities = [0.0] * len(gathered)
+    for indices in groups.values():
+        scored = predictor.score(models[indices[0]], [gathered[i] for i in indices])
+        for index, probability in zip(indices, scored, strict=True):
+            probabilities[index] = probability
+    return probabilities
 
 
 def _slices(sizes: Sequence[int]) -> list[slice]:

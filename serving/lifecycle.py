@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import threading
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 FALLBACK_ALIAS = "fallback"
 CHALLENGER_ALIAS = "challenger"
+_UNCACHED = (CHALLENGER_ALIAS, registry.CANARY_ALIAS)  # only the served alias' model is cached
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,17 @@ class LoadedModel:
     model: OnnxModel
     alias: str
     from_cache: bool = False
+
+
+@dataclass(frozen=True)
+class Canary:
+    """The canary's model and its share of the traffic, sticky per key (a CRC-32, the same in every process)."""
+
+    loaded: LoadedModel
+    percent: float
+
+    def takes(self, key: str) -> bool:
+        return zlib.crc32(key.encode()) % 10_000 < self.percent * 100
 
 
 class ModelManager:
@@ -52,6 +65,7 @@ class ModelManager:
         self.alias = settings.serving_alias
         self.current: LoadedModel | None = None
         self.challenger: LoadedModel | None = None
+        self.canary: Canary | None = None
         self.last_error = ""  # why the newest version is not served (or why none is), for the operator
         self._refused: tuple[str, str] | None = None  # (alias, version) that failed: not retried every poll
         self._refresh_lock = threading.Lock()
@@ -101,6 +115,7 @@ class ModelManager:
             if retry_refused:
                 self._refused = None
             self._refresh_serving()
+            self._refresh_canary()
             if self.settings.shadow:
                 self._refresh_challenger()
 
@@ -141,6 +156,21 @@ class ModelManager:
         except MLOpsError as exc:
             log.warning("challenger not refreshed: %s", exc.message)
 
+    def _refresh_canary(self) -> None:
+        try:
+            running = registry.canary(self.settings)
+            if running is None:
+                self.canary = None
+                return
+            version, percent = running
+            current = self.canary
+            if current is None or current.loaded.served.version != version:
+                self.canary = Canary(self._load(registry.CANARY_ALIAS, version), percent)
+            elif current.percent != percent:
+                self.canary = Canary(current.loaded, percent)
+        except MLOpsError as exc:  # an outage keeps the canary that is loaded
+            log.warning("canary not refreshed: %s", exc.message)
+
     def _load(self, alias: str, version: str) -> LoadedModel:
         """Download and open ``version``; refuse it when it was exported under another contract."""
         try:
@@ -151,7 +181,7 @@ class ModelManager:
         except MLOpsError:
             self.metrics.reloads.labels(result="failed").inc()
             raise
-        if alias != CHALLENGER_ALIAS:
+        if alias not in _UNCACHED:
             self._write_cache(alias, served)
         return LoadedModel(served, model, alias)
 

@@ -355,14 +355,24 @@ def promote_command(
     version: Annotated[str, typer.Argument(help="Registered version to serve.")],
     reason: Annotated[str, typer.Option(help="Why (kept in the audit record).")] = "",
     alias: Annotated[str | None, typer.Option(help="Alias to move (default MLOPS_SERVING_ALIAS).")] = None,
+    canary: Annotated[float | None, typer.Option(help="Instead: serve this percent of /predict from VERSION "
+                                                      "(alias canary, sticky per customer).")] = None,
 ) -> None:
-    """Point the serving alias (or --alias) at VERSION, with an audit record; the service follows."""
+    """Point the serving alias (or --alias) at VERSION, with an audit record; the service follows.
+
+    Promoting the canary's version to production ends the canary and archives the previous version."""
+    if not version.isdigit():
+        _error_exit(f"VERSION must be a version number, got {version!r}", 2)
+    if canary is not None and not 0 < canary < 100:
+        _error_exit(f"--canary must be a percent between 0 and 100 (exclusive), got {canary:g}", 2)
     from mlops import registry
 
     settings = _settings()
-    if not version.isdigit():
-        _error_exit(f"VERSION must be a version number, got {version!r}", 2)
     try:
+        if canary is not None:
+            registry.start_canary(settings, version, canary, actor=_actor(), reason=reason)
+            console.print(f"{settings.model_name} version {version}: canary on {canary:g} % of /predict traffic")
+            return
         previous = registry.promote(settings, version, alias=alias, actor=_actor(), reason=reason or "manual")
     except MLOpsError as exc:
         _fail(exc)
@@ -373,7 +383,7 @@ def promote_command(
 def rollback_command(
     reason: Annotated[str, typer.Option(help="Why (kept in the audit record).")] = "",
 ) -> None:
-    """Move the serving alias back to the version it held before its last move."""
+    """End a running canary; else move the serving alias back to the version it held before its last move."""
     from mlops import registry
 
     settings = _settings()
@@ -381,7 +391,8 @@ def rollback_command(
         change = registry.rollback(settings, actor=_actor(), reason=reason or "rollback")
     except MLOpsError as exc:
         _fail(exc)
-    console.print(f"{settings.model_name} alias {change.alias!r}: {change.from_version} -> {change.to_version}")
+    console.print(f"{settings.model_name} alias {change.alias!r}: {change.from_version} -> "
+                  f"{change.to_version or 'removed'}")
 
 
 @model_app.command("history")
@@ -398,8 +409,8 @@ def history_command(
         _fail(exc)
     table = Table("when (UTC)", "alias", "from", "to", "who", "why")
     for c in changes:
-        table.add_row(f"{c.at:%Y-%m-%d %H:%M:%S}", c.alias, c.from_version or "none", c.to_version, c.actor,
-                      c.reason)
+        table.add_row(f"{c.at:%Y-%m-%d %H:%M:%S}", c.alias, c.from_version or "none", c.to_version or "removed",
+                      c.actor, c.reason)
     console.print(table)
 
 

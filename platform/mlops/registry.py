@@ -1,9 +1,12 @@
 """MLflow tracking and registry helpers: one place that knows the store, experiment and aliases.
 
 Serving follows ``models:/<name>@<alias>``; the Production stage is moved alongside while MLflow
-still has stages, archiving the previous holder. Registry access fails closed: only "this model
-does not exist" means none; any other failure is a RegistryError. Alias moves are compare-and-set
-and leave an audit record (who, when, from which version, why) as a tag on the registered model.
+still has stages, archiving the previous holder. A candidate can first go to alias ``staging``
+(Staging stage) and take a share of the traffic as alias ``canary`` (the share is a tag on the
+registered model); promoting the canary to production ends it, and so does a rollback.
+Registry access fails closed: only "this model does not exist" means none; any other failure is
+a RegistryError. Alias moves are compare-and-set and leave an audit record (who, when, from which
+version, why) as a tag on the registered model.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from mlops.errors import ModelNotReadyError, NotFoundError, PromotionConflictError, RegistryError
+from mlops.errors import InputError, ModelNotReadyError, NotFoundError, PromotionConflictError, RegistryError
 from mlops.settings import Settings
 
 if TYPE_CHECKING:
@@ -25,6 +28,9 @@ if TYPE_CHECKING:
     from mlflow.entities.model_registry import RegisteredModel
 
 ONNX_FILE = "model.onnx"
+STAGING_ALIAS = "staging"
+CANARY_ALIAS = "canary"
+CANARY_PERCENT_TAG = "canary_percent"
 UNCHECKED = object()  # promote(expected=...) default: move the alias whatever it holds
 _AUDIT_PREFIX = "audit."
 
@@ -36,7 +42,7 @@ class AliasChange(BaseModel):
 
     alias: str
     from_version: str | None
-    to_version: str
+    to_version: str | None  # None: the alias was removed
     actor: str
     reason: str
     at: datetime
@@ -179,19 +185,70 @@ def promote(settings: Settings, version: str, *, expected: str | object | None =
         mlflow_client.get_model_version(settings.model_name, version)
         mlflow_client.set_registered_model_alias(settings.model_name, alias, version)
         if alias == settings.serving_alias:
-            with warnings.catch_warnings():
-                # Stages are deprecated in MLflow 3 but still what older tooling reads; keep them in step.
-                warnings.simplefilter("ignore", FutureWarning)
-                mlflow_client.transition_model_version_stage(
-                    settings.model_name, version, stage="Production", archive_existing_versions=True)
-        change = AliasChange(alias=alias, from_version=current, to_version=version, actor=actor, reason=reason,
-                             at=datetime.now(UTC))
-        mlflow_client.set_registered_model_tag(settings.model_name, change.tag_key, change.model_dump_json())
+            # The previous Production holder is Archived; a canary of this version has done its job.
+            _set_stage(mlflow_client, settings, version, "Production", archive_existing=True)
+            if aliases(settings).get(CANARY_ALIAS) == version:
+                _remove_canary(mlflow_client, settings, version, actor, f"promoted to {alias}: {reason}")
+        elif alias == STAGING_ALIAS:
+            _set_stage(mlflow_client, settings, version, "Staging")
+        _audit(mlflow_client, settings, AliasChange(alias=alias, from_version=current, to_version=version,
+                                                    actor=actor, reason=reason, at=datetime.now(UTC)))
     except MlflowException as exc:
         if _missing(exc):
             raise NotFoundError(f"model {settings.model_name} version {version} not found") from exc
         raise RegistryError(f"model registry failed moving alias {alias!r}: {exc.message}") from exc
     return current
+
+
+def _set_stage(mlflow_client: MlflowClient, settings: Settings, version: str, stage: str, *,
+               archive_existing: bool = False) -> None:
+    with warnings.catch_warnings():
+        # Stages are deprecated in MLflow 3 but still what older tooling reads; keep them in step.
+        warnings.simplefilter("ignore", FutureWarning)
+        mlflow_client.transition_model_version_stage(settings.model_name, version, stage=stage,
+                                                     archive_existing_versions=archive_existing)
+
+
+def _audit(mlflow_client: MlflowClient, settings: Settings, change: AliasChange) -> None:
+    mlflow_client.set_registered_model_tag(settings.model_name, change.tag_key, change.model_dump_json())
+
+
+def _remove_canary(mlflow_client: MlflowClient, settings: Settings, version: str, actor: str, reason: str) -> None:
+    mlflow_client.delete_registered_model_alias(settings.model_name, CANARY_ALIAS)
+    mlflow_client.delete_registered_model_tag(settings.model_name, CANARY_PERCENT_TAG)
+    _audit(mlflow_client, settings, AliasChange(alias=CANARY_ALIAS, from_version=version, to_version=None,
+                                                actor=actor, reason=reason, at=datetime.now(UTC)))
+
+
+def canary(settings: Settings) -> tuple[str, float] | None:
+    """The canary's version and its percent of the traffic, or None when no canary runs."""
+    model = _registered_model(settings)
+    if model is None or CANARY_ALIAS not in model.aliases:
+        return None
+    percent = float(model.tags.get(CANARY_PERCENT_TAG, "0"))
+    return str(model.aliases[CANARY_ALIAS]), percent
+
+
+def start_canary(settings: Settings, version: str, percent: float, *, actor: str, reason: str) -> str | None:
+    """Serve ``percent`` % of the traffic from ``version`` (alias canary, Staging stage); the canary it replaced."""
+    if not 0 < percent < 100:
+        raise InputError(f"--canary must be a percent between 0 and 100 (exclusive), got {percent:g}",
+                         field="canary")
+    if alias_version(settings) == version:
+        raise PromotionConflictError(f"version {version} already holds {settings.serving_alias!r}")
+    from mlflow.exceptions import MlflowException
+
+    mlflow_client = client(settings)
+    try:
+        mlflow_client.get_model_version(settings.model_name, version)
+        # The share first: a service that sees the new alias sees its share with it.
+        mlflow_client.set_registered_model_tag(settings.model_name, CANARY_PERCENT_TAG, f"{percent:g}")
+        _set_stage(mlflow_client, settings, version, "Staging")
+    except MlflowException as exc:
+        if _missing(exc):
+            raise NotFoundError(f"model {settings.model_name} version {version} not found") from exc
+        raise RegistryError(f"model registry failed starting the canary: {exc.message}") from exc
+    return promote(settings, version, alias=CANARY_ALIAS, actor=actor, reason=reason or f"canary at {percent:g} %")
 
 
 def history(settings: Settings, alias: str | None = None) -> list[AliasChange]:
@@ -205,11 +262,21 @@ def history(settings: Settings, alias: str | None = None) -> list[AliasChange]:
 
 
 def rollback(settings: Settings, *, actor: str, reason: str) -> AliasChange:
-    """Move the serving alias back to the version it held before its last move; the new audit record."""
+    """End a running canary (all traffic back to production); else move the serving alias back to
+    the version it held before its last move. The new audit record."""
+    running = canary(settings)
+    if running is not None:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            _remove_canary(client(settings), settings, running[0], actor, reason or "rollback")
+        except MlflowException as exc:
+            raise RegistryError(f"model registry failed ending the canary: {exc.message}") from exc
+        return history(settings, CANARY_ALIAS)[-1]
     alias = settings.serving_alias
     moves = history(settings, alias)
     last = moves[-1] if moves else None
-    if last is None or last.from_version is None:
+    if last is None or last.from_version is None or last.to_version is None:
         raise PromotionConflictError(f"alias {alias!r} has no earlier version to roll back to")
     promote(settings, last.from_version, expected=last.to_version, actor=actor, reason=reason or "rollback")
     return history(settings, alias)[-1]

@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from mlops import registry
-from mlops.errors import ModelNotReadyError, NotFoundError, PromotionConflictError, RegistryError
+from mlops.errors import InputError, ModelNotReadyError, NotFoundError, PromotionConflictError, RegistryError
 from mlops.settings import Settings
 
 
@@ -228,3 +228,63 @@ def test_an_unreachable_registry_is_an_error_never_no_model(tmp_path: Path, monk
         registry.promote(outage, "1", expected=None, actor="pipeline")
     with pytest.raises(RegistryError):
         registry.list_versions(outage)
+
+
+def _stage(settings: Settings, version: str) -> str:
+    return str(registry.client(settings).get_model_version(settings.model_name, version).current_stage)
+
+
+def test_a_canary_is_staged_shared_then_promoted_and_the_previous_version_archived(settings: Settings) -> None:
+    uri, run_id = _logged_model(settings)
+    v1, v2 = (registry.register_version(settings, uri, run_id, {}) for _ in range(2))
+    registry.promote(settings, v1, expected=None, actor="alice")
+
+    registry.start_canary(settings, v2, 12.5, actor="bob", reason="try it")
+    running, staged = registry.canary(settings), _stage(settings, v2)
+    registry.promote(settings, v2, expected=v1, actor="bob", reason="canary held up")
+
+    assert running == (v2, 12.5)
+    assert staged == "Staging"
+    assert registry.canary(settings) is None
+    assert registry.aliases(settings) == {"production": v2}
+    assert (_stage(settings, v1), _stage(settings, v2)) == ("Archived", "Production")
+    canary_moves = [(c.from_version, c.to_version) for c in registry.history(settings, registry.CANARY_ALIAS)]
+    assert canary_moves == [(None, v2), (v2, None)]
+
+
+def test_rollback_during_a_canary_ends_it_and_leaves_production(settings: Settings) -> None:
+    uri, run_id = _logged_model(settings)
+    v1, v2 = (registry.register_version(settings, uri, run_id, {}) for _ in range(2))
+    registry.promote(settings, v1, expected=None, actor="alice")
+    registry.start_canary(settings, v2, 10, actor="bob", reason="")
+
+    change = registry.rollback(settings, actor="carol", reason="canary errors")
+
+    assert (change.alias, change.from_version, change.to_version) == ("canary", v2, None)
+    assert registry.canary(settings) is None
+    assert registry.alias_version(settings) == v1
+
+
+@pytest.mark.parametrize("percent", [0, 100, -5])
+def test_a_canary_share_outside_0_to_100_is_refused(settings: Settings, percent: float) -> None:
+    uri, run_id = _logged_model(settings)
+    v1, v2 = (registry.register_version(settings, uri, run_id, {}) for _ in range(2))
+    registry.promote(settings, v1, expected=None, actor="alice")
+    with pytest.raises(InputError, match="between 0 and 100"):
+        registry.start_canary(settings, v2, percent, actor="bob", reason="")
+    assert registry.canary(settings) is None
+
+
+def test_the_production_version_cannot_be_its_own_canary(settings: Settings) -> None:
+    uri, run_id = _logged_model(settings)
+    v1 = registry.register_version(settings, uri, run_id, {})
+    registry.promote(settings, v1, expected=None, actor="alice")
+    with pytest.raises(PromotionConflictError, match="already holds"):
+        registry.start_canary(settings, v1, 10, actor="bob", reason="")
+
+
+def test_staging_moves_the_stage_with_the_alias(settings: Settings) -> None:
+    uri, run_id = _logged_model(settings)
+    v1 = registry.register_version(settings, uri, run_id, {})
+    registry.promote(settings, v1, alias=registry.STAGING_ALIAS, actor="pipeline")
+    assert (registry.aliases(settings), _stage(settings, v1)) == ({"staging": v1}, "Staging")
