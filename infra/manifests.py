@@ -13,7 +13,7 @@ from mlops.errors import ManifestError
 
 INFRA_DIR = Path(__file__).resolve().parent
 REPO_ROOT = INFRA_DIR.parent
-OVERLAYS = ("dev", "prod", "volcano")
+OVERLAYS = ("dev", "prod", "volcano", "kserve")
 DEFAULT_CRD_DIR = REPO_ROOT.parent / "shared" / "crds"
 KUBECTL_MISSING = ("kubectl not found on PATH: it is a prerequisite for infra work "
                    "(kubectl >= 1.27 has kustomize built in; see infra/README.md)")

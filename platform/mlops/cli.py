@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
+from mlops.cli_model_export import export_command
 from mlops.cli_output import console
 from mlops.cli_output import error_exit as _error_exit
 from mlops.cli_output import fail as _fail
@@ -40,6 +41,7 @@ app.add_typer(model_app, name="model")
 app.add_typer(drift_app, name="drift")
 app.add_typer(labels_app, name="labels")
 app.add_typer(step_app, name="step")
+model_app.command("export")(export_command)
 
 
 @data_app.command("generate")

@@ -35,6 +35,20 @@ def test_overlays_differ_where_they_should(built: dict[str, Objects]) -> None:
     assert ("trainer.kubeflow.org", "TrainJob") not in volcano_kinds
 
 
+def test_the_kserve_overlay_serves_through_an_inference_service_instead_of_our_deployment(
+        built: dict[str, Objects], validator: SchemaValidator) -> None:
+    objects = built["kserve"]
+    service = find(objects, "InferenceService", "fraud-detector")
+    broken = {**service, "spec": {"predictor": {**service["spec"]["predictor"], "canaryTrafficPercent": "ten"}}}
+
+    assert service["apiVersion"] == "serving.kserve.io/v1beta1"
+    assert service["spec"]["predictor"]["model"]["protocolVersion"] == "v2"
+    assert 0 < service["spec"]["predictor"]["canaryTrafficPercent"] < 100
+    assert not [o for o in objects if o["metadata"]["name"] == "prediction-service"]
+    assert [e.split(": ", 1)[1] for e in validator.validate_all([broken])] == [
+        "spec.predictor.canaryTrafficPercent: 'ten' is not of type 'integer'"]
+
+
 def _with(objects: Objects, kind: str, name: str, change: Any) -> Objects:
     change(find(objects, kind, name))
     return objects

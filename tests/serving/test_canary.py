@@ -1,0 +1,159 @@
+"""A canary in the running service: `mlops model promote V --canary P` sends P % of /predict to V,
+sticky per customer, logged with role=canary; promotion and rollback under load fail no request.
+
+One served platform for the module (about a minute to build), a second registered version of the
+same graph (told apart by the version in each answer), and one service process polling fast.
+Tests run in file order: each leaves production on the first version and no canary running.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import httpx
+import pandas as pd
+import pytest
+from served_platform import ServedPlatform, platform_in_env, sample_body
+from service_process import ServiceProcess, start_service
+from typer.testing import CliRunner
+
+from mlops import registry
+from mlops.cli import app as cli
+from mlops.prediction_log import log_dir, read_prediction_frame
+from monitoring.labels import join_labels, quality
+
+CUSTOMERS = 2_000
+REQUESTS = 4_000  # each customer twice (the acceptance run, 10,000 over the same customers: 9.4 % canary)
+BATCH = 200
+
+
+@dataclass
+class Served:
+    platform: ServedPlatform
+    service: ServiceProcess
+    candidate: str  # a second version of the same graph
+
+    @property
+    def champion(self) -> str:
+        return self.platform.version
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    for platform in platform_in_env(tmp_path_factory):
+        candidate = registry.register_version(platform.settings, platform.model_uri, platform.run_id,
+                                              {"test": "canary candidate"})
+        env = {"MLOPS_HOME": str(platform.settings.resolved_home), "MLOPS_MODEL_POLL_INTERVAL_S": "0.2"}
+        service = start_service(env, tmp_path_factory.mktemp("logs") / "service.log")
+        try:
+            yield Served(platform, service, candidate)
+        finally:
+            service.stop()
+
+
+def _mlops(*args: str) -> str:
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def _versions_of(served: Served, customers: list[str], prefix: str) -> list[str]:
+    body = sample_body(served.platform)
+    instances = [{**body, "customer_id": c, "transaction_id": f"{prefix}-{i}"} for i, c in enumerate(customers)]
+    response = httpx.post(served.service.url + "/predict/batch", json={"instances": instances}, timeout=30)
+    assert response.status_code == 200, response.text
+    return [p["model_version"] for p in response.json()["predictions"]]
+
+
+def test_a_ten_percent_canary_takes_a_tenth_of_the_customers_each_always_on_its_side(served: Served) -> None:
+    probe = [f"C-probe-{i}" for i in range(200)]
+    _mlops("model", "promote", served.candidate, "--canary", "10", "--reason", "try the candidate")
+    _wait_for(lambda: served.candidate in _versions_of(served, probe, f"T-probe-{time.monotonic_ns()}"))
+
+    customers = [f"C-canary-{i % CUSTOMERS}" for i in range(REQUESTS)]
+    sides: dict[str, set[str]] = defaultdict(set)
+    counted: Counter[str] = Counter()
+    for start in range(0, REQUESTS, BATCH):
+        chunk = customers[start:start + BATCH]
+        for customer, version in zip(chunk, _versions_of(served, chunk, f"T-share-{start}"), strict=True):
+            sides[customer].add(version)
+            counted[version] += 1
+    _mlops("model", "rollback", "--reason", "share measured")
+
+    assert set(counted) == {served.champion, served.candidate}
+    assert 0.08 <= counted[served.candidate] / REQUESTS <= 0.12
+    assert all(len(versions) == 1 for versions in sides.values())
+    logged = read_prediction_frame(log_dir(served.platform.settings))
+    shared = logged[logged["event_id"].str.startswith("T-share-")]
+    assert dict(Counter(zip(shared["model_version"], shared["role"], strict=True))) == {
+        (served.champion, "champion"): counted[served.champion],
+        (served.candidate, "canary"): counted[served.candidate]}
+
+
+def test_the_quality_job_reports_canary_and_champion_apart(served: Served) -> None:
+    logged = read_prediction_frame(log_dir(served.platform.settings))
+    shared = logged[logged["event_id"].str.startswith("T-share-")]
+    # Labels that make the two sides differ: the canary's predictions are all "right" as fraud.
+    labels = pd.DataFrame({"event_id": shared["event_id"], "label": (shared["role"] == "canary").astype("int64")})
+
+    rows = {(r.model_version, r.role): r for r in quality(join_labels(shared, labels), "1D")}
+
+    assert set(rows) == {(served.champion, "champion"), (served.candidate, "canary")}
+    assert rows[(served.candidate, "canary")].positives == rows[(served.candidate, "canary")].labelled
+    assert rows[(served.champion, "champion")].positives == 0
+
+
+def test_canary_start_promotion_and_rollback_under_load_fail_no_request(served: Served) -> None:
+    body = sample_body(served.platform)
+    stop = threading.Event()
+    answers: list[tuple[int, str | None]] = []
+
+    def load(worker: int) -> None:
+        with httpx.Client(base_url=served.service.url, timeout=10) as client:
+            n = 0
+            while not stop.is_set():
+                r = client.post("/predict", json={**body, "customer_id": f"C-load-{n % 50}",
+                                                  "transaction_id": f"T-load-{worker}-{n}"})
+                answers.append((r.status_code, r.json().get("model_version")))
+                n += 1
+
+    def recent(version: str) -> Callable[[], bool]:
+        return lambda: len(answers) > 8 and {v for _, v in answers[-8:]} == {version}
+
+    threads = [threading.Thread(target=load, args=(w,)) for w in range(3)]
+    for thread in threads:
+        thread.start()
+    try:
+        _wait_for(lambda: len(answers) > 20)
+        _mlops("model", "promote", served.candidate, "--canary", "30")
+        _wait_for(lambda: served.candidate in {v for _, v in answers[-30:]})
+        promoted = _mlops("model", "promote", served.candidate, "--reason", "canary held up")
+        _wait_for(recent(served.candidate))
+        stages = {v: str(registry.client(served.platform.settings).get_model_version(
+            served.platform.settings.model_name, v).current_stage) for v in (served.champion, served.candidate)}
+        rolled_back = _mlops("model", "rollback", "--reason", "back for the next test")
+        _wait_for(recent(served.champion))
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+
+    assert {status for status, _ in answers} == {200}
+    assert f"none -> {served.candidate}" not in promoted  # production moved from the champion
+    assert f"{served.champion} -> {served.candidate}" in promoted
+    assert f"{served.candidate} -> {served.champion}" in rolled_back
+    assert stages == {served.champion: "Archived", served.candidate: "Production"}
+    assert registry.canary(served.platform.settings) is None
+
+
