@@ -122,7 +122,7 @@ def _act(settings: Settings, contract: DataContract, window: pd.DataFrame, recor
         try:
             token = settings.admin_token.get_secret_value() if settings.admin_token else None
             actions.switch_to_fallback(settings.resolved_service_url, token,
-                                       f"drift {record.level}: {record.reason}"[:500])
+                                       f"drift {record.level}: {record.reason}"[:500], dev_mode=settings.dev_mode)
         except MLOpsError as exc:
             errors.append(f"fallback: {exc.message}")
     if "retrain" in record.actions:
