@@ -41,6 +41,7 @@ class DriftRunRecord(BaseModel):
     actions: list[str]
     action_errors: list[str] = []
     report_paths: list[str] = []
+    worst: list[str] = []  # the most severe features, most severe first
     retraining_data: str | None = None
     retraining_log: str | None = None
     retraining_pid: int | None = None

@@ -50,7 +50,9 @@ class PromotionEvidence(BaseModel):
 
 def f1_from_counts(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray) -> np.ndarray:
     denominator = 2 * tp + fp + fn
-    return np.divide(2 * tp, denominator, out=np.zeros(np.shape(tp), dtype="float64"), where=denominator > 0)
+    f1: np.ndarray = np.divide(2 * tp, denominator, out=np.zeros(np.shape(tp), dtype="float64"),
+                               where=denominator > 0)
+    return f1
 
 
 def paired_f1_gain_interval(labels: np.ndarray, candidate: np.ndarray, production: np.ndarray, *,

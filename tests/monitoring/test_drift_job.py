@@ -8,6 +8,7 @@ built in parallel; tests/e2e/test_closed_loop.py runs the same loop against the 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -116,6 +117,17 @@ def test_critical_drift_switches_to_fallback_retrains_once_and_respects_the_cool
     assert first.level == "CRITICAL"
     assert first.actions == ["fallback", "retrain"]
     assert "amount CRITICAL" in first.reason
+    # The report opens with the features by severity; the CLI names the worst three.
+    html = Path(first.report_paths[0]).read_text()
+    summary = html[html.index("<section id='drift-summary'"):html.index("</section>")]
+    assert html.index("<section id='drift-summary'") - html.index("<body") < 100
+    levels = re.findall(r"font-weight:bold'>(INFO|WARNING|CRITICAL)<", summary)
+    assert levels[0] == "CRITICAL"
+    assert levels == sorted(levels, key=["CRITICAL", "WARNING", "INFO"].index)
+    assert summary.count("<tr>") == len(levels) + 1
+    assert len(first.worst) == 3
+    assert all(w.startswith(f"v{version}/") and " CRITICAL score " in w for w in first.worst)
+    assert f"worst features: {first.worst[0]}" in " ".join(result.output.split())
     assert first.scores[f"v{version}/amount"] >= 0.2
     assert [c["path"] for c in AdminStandIn.calls] == ["/admin/fallback"]
     assert "drift CRITICAL" in AdminStandIn.calls[0]["reason"]
