@@ -41,6 +41,7 @@ class DriftRunRecord(BaseModel):
     actions: list[str]
     action_errors: list[str] = []
     report_paths: list[str] = []
+    worst: list[str] = []  # the most severe features, most severe first
     retraining_data: str | None = None
     retraining_log: str | None = None
     retraining_pid: int | None = None
@@ -82,14 +83,20 @@ def planned_actions(level: Level, history: list[DriftRunRecord], now: datetime, 
     return [ACTING, "retrain"] if retrain else [ACTING]
 
 
-def switch_to_fallback(service_url: str, token: str | None, reason: str, *, timeout_s: float = 10.0) -> str:
-    """POST /admin/fallback with the bearer token; returns the service's answer, AdminActionError otherwise."""
-    if not token:
-        raise AdminActionError("no admin token: set MLOPS_ADMIN_TOKEN to let the drift job switch to fallback")
+def switch_to_fallback(service_url: str, token: str | None, reason: str, *, dev_mode: bool = False,
+                       timeout_s: float = 10.0) -> str:
+    """POST /admin/fallback; returns the service's answer, AdminActionError otherwise.
+
+    The same rule as the service's admin routes: with a token configured it is sent; without one
+    only dev mode may call (the service's admin API is open there), anywhere else it is refused.
+    """
+    if not token and not dev_mode:
+        raise AdminActionError("no admin token: set MLOPS_ADMIN_TOKEN to let the drift job switch to fallback "
+                               "(only dev mode calls the admin API without one)")
     url = f"{service_url}/admin/fallback"
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        response = httpx.post(url, json={"reason": reason}, headers={"Authorization": f"Bearer {token}"},
-                              timeout=timeout_s)
+        response = httpx.post(url, json={"reason": reason}, headers=headers, timeout=timeout_s)
     except httpx.HTTPError as exc:
         raise AdminActionError(f"cannot reach {url}: {exc}") from exc
     if response.status_code >= 300:

@@ -1,9 +1,17 @@
 """Drift of one model version's window against its reference profile: per-feature scores and levels.
 
-Levels come from PSI (defaults 0.1 WARNING, 0.2 CRITICAL) and, for the share of confident
-predictions, from its absolute change; the KS and chi-squared p-values are reported beside them
-and flag a feature (``test_drift``) but do not set its level, since on large windows they call
-every negligible shift significant.
+A level needs a shift that is both material and real. Material: PSI (defaults 0.1 WARNING, 0.2
+CRITICAL), the absolute change of the share of confident predictions, the ratio of the share of
+scores in the reference's top percentile. Real: the feature's test (KS, chi-squared, binomial)
+significant at a family-wise 5 % over all of the run's tests (Bonferroni), so a small window's
+sampling noise, which inflates PSI, raises no level; on large windows PSI keeps negligible but
+significant shifts at INFO.
+
+Each test states its minimum window; below it the feature is INFO with a note saying why:
+``min_test_rows`` rows for PSI and its test; for the confident share, enough rows that its
+standard error is a third of the warning change; for the top-score share, ten expected rows.
+Periodic inputs (hour of day, day of week) are judged over the newest whole periods the window
+covers and not at all in a window shorter than their period.
 """
 
 from __future__ import annotations
@@ -15,17 +23,18 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from mlops.errors import EmptyWindowError, SmallWindowError
-from mlops.reference_profile import NumericProfile, ReferenceProfile, confident_share
+from mlops.reference_profile import NumericProfile, ReferenceProfile, confident_share, newest_whole_periods
 from monitoring import stats
 
 Level = Literal["INFO", "WARNING", "CRITICAL"]
 LEVELS: tuple[Level, ...] = ("INFO", "WARNING", "CRITICAL")
 PROBABILITY = "probability"
 CONFIDENT_SHARE = "confident_share"
+TOP_SCORE_SHARE = "top_score_share"
 # Log columns that are neither model inputs nor unexpected (identifiers, answers, flags).
 KNOWN_COLUMNS = frozenset({"event_id", "event_timestamp", "logged_at", "model_name", "model_version", "decision",
                            "unknown_categories", "unknown_entities", "role", "customer_id", "merchant_id",
-                           "transaction_id", PROBABILITY})
+                           "transaction_id", "request_id", "latency_s", PROBABILITY})
 
 
 class DriftThresholds(BaseModel):
@@ -35,8 +44,12 @@ class DriftThresholds(BaseModel):
     psi_critical: float = Field(default=0.2, gt=0)
     confident_warning: float = Field(default=0.05, gt=0)
     confident_critical: float = Field(default=0.10, gt=0)
-    p_value: float = Field(default=0.05, gt=0, lt=1)
+    p_value: float = Field(default=0.05, gt=0, lt=1)  # family-wise, over every test of the run
     min_rows: int = Field(default=30, ge=1)
+    min_test_rows: int = Field(default=50, ge=1)
+    top_quantile: float = Field(default=0.98, gt=0.5, lt=1)
+    top_warning: float = Field(default=2.0, gt=1)
+    top_critical: float = Field(default=3.0, gt=1)
 
     def level(self, score: float, warning: float, critical: float) -> Level:
         return "CRITICAL" if score >= critical else "WARNING" if score >= warning else "INFO"
@@ -46,13 +59,13 @@ class FeatureDrift(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     feature: str
-    kind: Literal["continuous", "discrete", "categorical", "prediction", "confidence"]
+    kind: Literal["continuous", "discrete", "categorical", "prediction", "confidence", "top_score"]
     rows: int
     psi: float | None = None
-    test: Literal["ks", "chisquare", "none"] = "none"
+    test: Literal["ks", "chisquare", "binomial", "none"] = "none"
     p_value: float | None = None
     test_drift: bool = False
-    score: float | None = None  # what the level is read from: PSI, or the confident share's change
+    score: float | None = None  # what the level is read from: PSI, a share's change or ratio
     unknown_share: float | None = None
     level: Level = "INFO"
     note: str = ""
@@ -85,8 +98,10 @@ def _numeric_drift(name: str, profile: NumericProfile, values: np.ndarray, limit
         reference = stats.discrete_reference(profile.values, profile.counts)
         current = stats.value_counts(values)
         psi = stats.psi_from_counts(*stats.aligned_counts(reference, current))
+        p_value = stats.pooled_chi_squared_p(reference, current)
         return FeatureDrift(feature=name, kind="discrete" if kind != "prediction" else kind, rows=values.size,
-                            psi=psi, score=psi, level=limits.level(psi, limits.psi_warning, limits.psi_critical))
+                            psi=psi, test="chisquare", p_value=p_value, score=psi,
+                            level=limits.level(psi, limits.psi_warning, limits.psi_critical))
     psi = stats.psi_binned(profile.edges, profile.bin_counts, values)
     p_value = stats.ks_p(np.asarray(profile.sample), values)
     return FeatureDrift(feature=name, kind=kind, rows=values.size, psi=psi, test="ks", p_value=p_value,
@@ -128,6 +143,9 @@ def compute_drift(window: pd.DataFrame, profile: ReferenceProfile, limits: Drift
         if values.size == 0:
             features.append(_absent(name, kind, "no values in the window (all null)"))
             continue
+        if numeric.period_s is not None:
+            features.append(_periodic_drift(name, numeric, window, values, limits, kind))
+            continue
         features.append(_numeric_drift(name, numeric, values, limits, kind))
     # Share of rows whose answer flagged each field's category as unknown (one pass over the flags).
     flagged = (window["unknown_categories"].explode().value_counts() if "unknown_categories" in window
@@ -146,9 +164,80 @@ def compute_drift(window: pd.DataFrame, profile: ReferenceProfile, limits: Drift
         raise SmallWindowError("no profiled column has values in the window")
     probabilities = window[PROBABILITY].to_numpy(dtype="float64")
     features.append(_numeric_drift(PROBABILITY, profile.probability, probabilities, limits, "prediction"))
-    change = abs(confident_share(probabilities, profile.confidence_cutoff) - profile.confident_share)
-    features.append(FeatureDrift(feature=CONFIDENT_SHARE, kind="confidence", rows=probabilities.size, score=change,
-                                 level=limits.level(change, limits.confident_warning, limits.confident_critical)))
+    features.append(_confident_drift(probabilities, profile, limits))
+    features.append(_top_score_drift(probabilities, profile.probability, limits))
+    features = _gated(features, limits)
     ignored = sorted(set(window.columns) - KNOWN_COLUMNS - set(profile.numeric) - set(profile.categorical))
     return DriftReport(model_name=model_name, model_version=model_version, rows=len(window),
                        level=max_level([f.level for f in features]), features=features, ignored_columns=ignored)
+
+
+def _periodic_drift(name: str, profile: NumericProfile, window: pd.DataFrame, values: np.ndarray,
+                    limits: DriftThresholds, kind: Literal["continuous", "discrete"]) -> FeatureDrift:
+    """A periodic input judged over the newest whole periods of the window, or not at all."""
+    period_h = f"{(profile.period_s or 0) / 3600:g}h"
+    if profile.whole_periods == 0:
+        return FeatureDrift(feature=name, kind=kind, rows=0,
+                            note=f"not judged: the reference covers less than one {period_h} period")
+    if "event_timestamp" not in window:
+        return FeatureDrift(feature=name, kind=kind, rows=0, note="not judged: the window has no event times")
+    present = pd.to_numeric(window[name], errors="coerce").notna().to_numpy()
+    mask, periods = newest_whole_periods(window.loc[present, "event_timestamp"], float(profile.period_s or 0))
+    if periods == 0:
+        return FeatureDrift(feature=name, kind=kind, rows=0,
+                            note=f"not judged: the window covers less than its {period_h} period")
+    return _numeric_drift(name, profile, values[mask], limits, kind)
+
+
+def _confident_drift(probabilities: np.ndarray, profile: ReferenceProfile, limits: DriftThresholds) -> FeatureDrift:
+    share = profile.confident_share
+    # Rows for a standard error of a third of the warning change (at least the tests' minimum).
+    needed = max(limits.min_test_rows, int(np.ceil(9 * share * (1 - share) / limits.confident_warning ** 2)))
+    observed = confident_share(probabilities, profile.confidence_cutoff)
+    change = abs(observed - share)
+    p_value = stats.binomial_p(round(observed * probabilities.size), probabilities.size, share)
+    drift = FeatureDrift(feature=CONFIDENT_SHARE, kind="confidence", rows=probabilities.size, test="binomial",
+                         p_value=p_value, score=change,
+                         level=limits.level(change, limits.confident_warning, limits.confident_critical))
+    return _under_minimum(drift, needed) if probabilities.size < needed else drift
+
+
+def _top_score_drift(probabilities: np.ndarray, profile: NumericProfile, limits: DriftThresholds) -> FeatureDrift:
+    """How many times more (or fewer) scores than in the reference lie in its top percentile."""
+    reference = np.asarray(profile.sample or np.repeat(profile.values, profile.counts), dtype="float64")
+    cutoff = float(np.quantile(reference, limits.top_quantile))
+    expected = float(np.mean(reference > cutoff)) or 1 - limits.top_quantile
+    observed = int(np.sum(probabilities > cutoff))
+    ratio = (observed / probabilities.size) / expected
+    moved = max(ratio, 1 / ratio) if ratio > 0 else np.inf
+    drift = FeatureDrift(feature=TOP_SCORE_SHARE, kind="top_score", rows=probabilities.size, test="binomial",
+                         p_value=stats.binomial_p(observed, probabilities.size, expected), score=ratio,
+                         level=limits.level(moved, limits.top_warning, limits.top_critical))
+    needed = int(np.ceil(10 / expected))
+    return _under_minimum(drift, needed) if probabilities.size < needed else drift
+
+
+def _under_minimum(drift: FeatureDrift, needed: int) -> FeatureDrift:
+    return drift.model_copy(update={"level": "INFO", "test_drift": False,
+                                    "note": f"not judged: {drift.rows:,} rows, this test needs {needed:,}"})
+
+
+def _gated(features: list[FeatureDrift], limits: DriftThresholds) -> list[FeatureDrift]:
+    """Levels kept only where the test is significant family-wise and the window is big enough."""
+    tests = sum(f.p_value is not None for f in features)
+    alpha = limits.p_value / max(tests, 1)
+    gated = []
+    for feature in features:
+        if feature.p_value is not None:
+            feature = feature.model_copy(update={"test_drift": feature.p_value < alpha})
+        if feature.level == "INFO" or feature.rows == 0:
+            gated.append(feature)
+        elif feature.p_value is not None and feature.rows < limits.min_test_rows:
+            gated.append(_under_minimum(feature, limits.min_test_rows))
+        elif feature.p_value is not None and not feature.test_drift:
+            note = (f"score {feature.score:.3g} not significant: {feature.test} p {feature.p_value:.3g} >= "
+                    f"{alpha:.2g} ({limits.p_value:g} over {tests} tests)")
+            gated.append(feature.model_copy(update={"level": "INFO", "note": note}))
+        else:
+            gated.append(feature)
+    return gated

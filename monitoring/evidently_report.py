@@ -1,7 +1,7 @@
 """The human drift report, rendered by Evidently from the same reference and window as our scores,
 with the same tests per column (KS for continuous inputs, chi-squared for categorical ones, PSI
-for discrete and categorical ones). ``evidently_scores`` reads Evidently's numbers back: the
-tests use it as the oracle for ours.
+for discrete and categorical ones; our chi-squared of a discrete numeric input is not Evidently's).
+``evidently_scores`` reads Evidently's numbers back: the tests use it as the oracle for ours.
 """
 
 from __future__ import annotations
@@ -40,9 +40,10 @@ def _tests(report: DriftReport) -> list[tuple[str, str]]:
     """(column, Evidently method) for every score of ours that Evidently computes the same way."""
     tests: list[tuple[str, str]] = []
     for feature in report.features:
-        if feature.rows == 0 or feature.psi is None:
+        # Evidently sees the whole window: a periodic input judged over part of it is left out.
+        if feature.rows == 0 or feature.psi is None or feature.rows != report.rows:
             continue
-        if feature.test != "none":
+        if feature.test != "none" and feature.kind != "discrete":
             tests.append((feature.feature, feature.test))
         if feature.kind in ("discrete", "categorical"):
             tests.append((feature.feature, "psi"))

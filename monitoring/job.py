@@ -18,6 +18,7 @@ from mlops.prediction_log import log_dir
 from mlops.settings import Settings
 from monitoring import actions, metrics
 from monitoring.drift import DriftReport, DriftThresholds, compute_drift, max_level
+from monitoring.drift_summary import by_severity, describe, prepend_summary, summary_html
 from monitoring.evidently_report import evidently_snapshot, render_html
 from monitoring.references import fetch_profile
 from monitoring.retraining import RetrainingStart, start_retraining
@@ -54,14 +55,22 @@ def judge(settings: Settings, window: pd.DataFrame, limits: DriftThresholds) -> 
 def _reason(reports: list[DriftReport]) -> str:
     flagged = [f"{r.model_version}/{f.feature} {f.level} ({f.score:.3g})" for r in reports for f in r.flagged()
                if f.score is not None]
-    notes = [f"{r.model_version}/{f.feature}: {f.note}" for r in reports for f in r.features if f.note]
+    notes = [f"{r.model_version}/{f.feature}: {f.note}" for r in reports for f in r.features
+             if f.note and f.level != "INFO"]
     return "; ".join(flagged + notes) or "no feature drifted"
+
+
+def _worst(reports: list[DriftReport], count: int = 3) -> list[str]:
+    ranked = by_severity([f for r in reports for f in r.features])
+    versions = {id(f): r.model_version for r in reports for f in r.features}
+    return [f"v{versions[id(f)]}/{describe(f)}" for f in ranked[:count]]
 
 
 def _report_html(settings: Settings, report: DriftReport, window: pd.DataFrame, now: datetime) -> str:
     profile = fetch_profile(settings, report.model_name, report.model_version)
     path = settings.monitoring_dir / "reports" / f"drift-{now:%Y%m%dT%H%M%S}-v{report.model_version}.html"
     render_html(evidently_snapshot(report, profile, window), path)
+    path.write_text(prepend_summary(path.read_text(encoding="utf-8"), summary_html(report)), encoding="utf-8")
     return str(path)
 
 
@@ -103,7 +112,8 @@ def run_drift(settings: Settings, spec: WindowSpec, *, limits: DriftThresholds |
         run_at=now, window=spec.describe(), model_name=reports[0].model_name,
         model_versions=[r.model_version for r in reports], rows=len(window), level=level, reason=_reason(reports),
         scores={f"v{r.model_version}/{f.feature}": f.score for r in reports for f in r.features if f.score is not None},
-        actions=planned, report_paths=[_report_html(settings, r, w, now) for r, w in judged])
+        actions=planned, report_paths=[_report_html(settings, r, w, now) for r, w in judged],
+        worst=_worst(reports))
     record = _act(settings, contract, window, record, now)
     actions.append_history(settings.monitoring_dir, record)
     _log_to_mlflow(settings, reports, record)
@@ -122,7 +132,7 @@ def _act(settings: Settings, contract: DataContract, window: pd.DataFrame, recor
         try:
             token = settings.admin_token.get_secret_value() if settings.admin_token else None
             actions.switch_to_fallback(settings.resolved_service_url, token,
-                                       f"drift {record.level}: {record.reason}"[:500])
+                                       f"drift {record.level}: {record.reason}"[:500], dev_mode=settings.dev_mode)
         except MLOpsError as exc:
             errors.append(f"fallback: {exc.message}")
     if "retrain" in record.actions:

@@ -56,6 +56,35 @@ def chi_squared_p(reference: Mapping[str, int], current: Mapping[str, int]) -> f
         return float(stats.chisquare(cur, expected)[1])
 
 
+def pooled_chi_squared_p(reference: Mapping[str, int], current: Mapping[str, int], min_expected: float = 5.0) -> float:
+    """chi-squared of a discrete numeric input over neighbouring values pooled until each pool expects
+    ``min_expected`` rows: a count one above any the reference saw is not a new category, and cells
+    expecting a fraction of a row make the test call noise significant."""
+    keys = sorted(set(reference) | set(current), key=float)
+    scale = sum(current.values()) / sum(reference.values())
+    pools: list[tuple[int, int]] = []
+    ref = cur = 0
+    for key in keys:
+        ref, cur = ref + reference.get(key, 0), cur + current.get(key, 0)
+        if ref * scale >= min_expected:
+            pools.append((ref, cur))
+            ref = cur = 0
+    if pools and (ref or cur):
+        pools[-1] = (pools[-1][0] + ref, pools[-1][1] + cur)
+    if len(pools) < 2:
+        return 1.0
+    observed = np.array([c for _, c in pools], dtype="float64")
+    expected = np.array([r for r, _ in pools], dtype="float64") * scale
+    return float(stats.chisquare(observed, expected)[1])
+
+
+def binomial_p(successes: int, trials: int, share: float) -> float:
+    """Two-sided exact binomial test of ``successes`` in ``trials`` against ``share``."""
+    if trials == 0 or not 0 < share < 1:
+        return 1.0
+    return float(stats.binomtest(int(successes), int(trials), share).pvalue)
+
+
 def ks_p(reference_sample: np.ndarray, current: np.ndarray) -> float:
     return float(stats.ks_2samp(reference_sample, current)[1])
 

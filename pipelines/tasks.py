@@ -176,7 +176,8 @@ def evaluate_task(train: Path, test: Path, model_dir: Path, model_uri: str, run_
     candidate = OnnxModel(model_dir / registry.ONNX_FILE)
     prod_version = registry.alias_version(settings)
     gates = QualityGates(slice_f1_tolerance=settings.slice_f1_tolerance,
-                         slice_min_positives=settings.slice_min_positives)
+                         slice_min_positives=settings.slice_min_positives,
+                         min_pr_auc_lift=settings.promotion_min_pr_auc_lift)
     with tracked_step(run_id, "evaluate"), tempfile.TemporaryDirectory() as tmp:
         production = None
         if prod_version is not None:

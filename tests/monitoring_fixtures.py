@@ -95,7 +95,7 @@ def write_log(contract: DataContract) -> LogWriter:
 
 
 def _write_log(frame: pd.DataFrame, contract: DataContract, log: PredictionLog, *, version: str = "1",
-              logged_at: datetime | None = None) -> None:
+              logged_at: datetime | None = None, role: str = "champion") -> None:
     """Append ``frame`` to a prediction log as the service would have, one second apart."""
     start = logged_at or datetime.now(UTC) - timedelta(seconds=len(frame))
     keys = [e.join_key for e in contract.entities]
@@ -107,7 +107,7 @@ def _write_log(frame: pd.DataFrame, contract: DataContract, log: PredictionLog, 
             features={name: float(row[name]) for name in contract.feature_names},
             unknown_entities=[], unknown_categories=row["unknown_categories"],
             probability=float(row["probability"]), decision="fraud" if row["probability"] >= 0.5 else "legit",
-            model_name="fraud-detector", model_version=version))
+            model_name="fraud-detector", model_version=version, role=role))
 
 
 def _register_with_profile(settings: Settings, profile: ReferenceProfile) -> str:

@@ -26,6 +26,9 @@ def promotion_tags(report: EvaluationReport) -> dict[str, str]:
     tags.update({f"candidate_{k}": f"{v:.6f}" for k, v in report.candidate.model_dump().items()})
     if report.production is not None:
         tags.update({f"production_{k}": f"{v:.6f}" for k, v in report.production.model_dump().items()})
+    if report.promotion is not None:
+        tags.update({f"promotion_{k}": f"{v:.6f}" if isinstance(v, float) else str(v)
+                     for k, v in report.promotion.model_dump().items() if v is not None})
     return tags
 
 

@@ -5,7 +5,7 @@ calibration, per-slice metrics and behavioural tests, the promotion decision, an
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -23,6 +23,7 @@ from sklearn.metrics import (
 from mlops.contract import DataContract
 from mlops.inference import OnnxModel
 from pipelines.steps.calibration import CalibrationReport, calibration_report, plot_reliability
+from pipelines.steps.promotion import Decision, PromotionEvidence, PromotionRule, decide
 from pipelines.steps.quality import (
     BehaviourReport,
     SliceMetrics,
@@ -31,8 +32,6 @@ from pipelines.steps.quality import (
     slice_metrics,
     slice_regressions,
 )
-
-Decision = Literal["promote", "reject"]
 
 
 class Metrics(BaseModel):
@@ -53,6 +52,7 @@ class QualityGates(BaseModel):
 
     slice_f1_tolerance: float
     slice_min_positives: int
+    min_pr_auc_lift: float = 2.0
 
 
 class EvaluationReport(BaseModel):
@@ -68,6 +68,7 @@ class EvaluationReport(BaseModel):
     slices: list[SliceMetrics] = Field(default_factory=list)
     production_slices: list[SliceMetrics] = Field(default_factory=list)
     behaviour: BehaviourReport | None = None
+    promotion: PromotionEvidence | None = None
 
 
 def compute_metrics(labels: np.ndarray, proba: np.ndarray, threshold: float) -> Metrics:
@@ -83,18 +84,8 @@ def compute_metrics(labels: np.ndarray, proba: np.ndarray, threshold: float) -> 
     )
 
 
-def decide(candidate: Metrics, production: Metrics | None, margin: float) -> tuple[Decision, str]:
-    """Promote only when the candidate's F1 beats production's by ``margin`` (or nothing is served)."""
-    if production is None:
-        return "promote", "no model in production yet"
-    needed = production.f1 + margin
-    if candidate.f1 >= needed:
-        return "promote", f"F1 {candidate.f1:.4f} beats production {production.f1:.4f} by >= {margin}"
-    return "reject", f"F1 {candidate.f1:.4f} does not beat production {production.f1:.4f} + margin {margin}"
-
-
 def apply_gates(decision: Decision, reason: str, blockers: list[str]) -> tuple[Decision, str]:
-    """A promotion the F1 rule allows is still refused when a slice regressed or a behavioural test failed."""
+    """A promotion the promotion rule allows is still refused when a slice regressed or a behavioural test failed."""
     if decision == "reject" or not blockers:
         return decision, reason
     return "reject", f"{reason}, but blocked: {'; '.join(blockers)}"
@@ -117,7 +108,9 @@ def evaluate(test: pd.DataFrame, contract: DataContract, candidate: OnnxModel,
         prod_metrics = compute_metrics(labels, prod_proba, production.threshold)
         prod_slices = slice_metrics(labels, prod_proba, production.threshold, masks)
     behaviour = behavioural_tests(candidate, test, contract)
-    decision, reason = decide(cand_metrics, prod_metrics, margin)
+    rule = PromotionRule(margin=margin, min_pr_auc_lift=gates.min_pr_auc_lift)
+    decision, reason, evidence = decide(labels, proba, candidate.threshold, cand_metrics.pr_auc, prod_proba,
+                                        production.threshold if production is not None else None, rule)
     blockers = slice_regressions(slices, prod_slices, gates.slice_f1_tolerance, gates.slice_min_positives)
     decision, reason = apply_gates(decision, reason, blockers + behaviour.failures)
     calibration = calibration_report(labels, proba)
@@ -129,7 +122,7 @@ def evaluate(test: pd.DataFrame, contract: DataContract, candidate: OnnxModel,
     return EvaluationReport(candidate=cand_metrics, production=prod_metrics,
                             production_version=production_version, margin=margin,
                             decision=decision, reason=reason, calibration=calibration, slices=slices,
-                            production_slices=prod_slices, behaviour=behaviour)
+                            production_slices=prod_slices, behaviour=behaviour, promotion=evidence)
 
 
 def _pyplot() -> Any:

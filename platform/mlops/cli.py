@@ -454,6 +454,7 @@ def drift_run_command(
     console.print(f"drift [bold]{record.level}[/] on {record.rows:,} predictions of model versions "
                   f"{', '.join(record.model_versions)}: {record.reason}", highlight=False)
     console.print(f"actions: {', '.join(record.actions)}; reports: {', '.join(record.report_paths)}", highlight=False)
+    console.print(f"worst features: {'; '.join(record.worst)}", highlight=False)
     if record.action_errors:
         _error_exit("; ".join(record.action_errors), 1)
 

@@ -7,6 +7,10 @@ sample of at most ``MAX_SAMPLE``) for the Kolmogorov-Smirnov test; a numeric inp
 bins such columns by value. Per categorical input: category counts. And the model's predicted
 probabilities (profiled like a numeric input) with the share of confident predictions.
 
+A periodic input (the time features: hour of day, day of week) is profiled over the newest whole
+periods the reference spans, and judged only over windows that cover a whole period (see
+``newest_whole_periods``): a window of some hours sees only some hours, which is not drift.
+
 The profile is built by the evaluate step from the held-out split of the training run (the newest
 rows of the training data, scored out of sample) and logged as the run's ``reference/profile.json``.
 """
@@ -28,6 +32,9 @@ DISCRETE_MAX_VALUES = 20
 MAX_SAMPLE = 20_000
 # A prediction this far from the middle counts as confident: p <= 1 - CUTOFF or p >= CUTOFF.
 CONFIDENCE_CUTOFF = 0.9
+DAY_S = 86_400.0
+PERIOD_S = {"hour_of_day_sin": DAY_S, "hour_of_day_cos": DAY_S, "day_of_week_sin": 7 * DAY_S,
+            "day_of_week_cos": 7 * DAY_S}
 
 
 class _Strict(BaseModel):
@@ -43,6 +50,8 @@ class NumericProfile(_Strict):
     sample: list[float] = []  # continuous: the reference values (or a seeded sample of them), sorted
     values: list[float] = []  # discrete: the distinct values ...
     counts: list[int] = []  # ... and how often each occurred
+    period_s: float | None = None  # periodic inputs: the period, and how many whole ones were profiled
+    whole_periods: int = 0
 
 
 class CategoricalProfile(_Strict):
@@ -90,6 +99,29 @@ def profile_numeric(values: pd.Series | np.ndarray, *, seed: int = 0) -> Numeric
                           sample=np.sort(sample).tolist())
 
 
+def newest_whole_periods(timestamps: pd.Series, period_s: float) -> tuple[np.ndarray, int]:
+    """Which rows lie in the newest whole periods the timestamps span, and how many periods that is.
+
+    The span of n events spread over a stretch of time underestimates it by about one gap between
+    events, so the stretch is estimated as span * (n + 1) / (n - 1), with 1 % tolerance.
+    """
+    moments = pd.to_datetime(timestamps, utc=True)
+    n = len(moments)
+    if n < 2:
+        return np.zeros(n, dtype=bool), 0
+    newest = moments.max()
+    span = (newest - moments.min()).total_seconds() * (n + 1) / (n - 1)
+    periods = int(span / period_s + 0.01)
+    age = (newest - moments).dt.total_seconds().to_numpy()
+    return age < periods * period_s, periods
+
+
+def profile_periodic(values: pd.Series, timestamps: pd.Series, period_s: float) -> NumericProfile:
+    mask, periods = newest_whole_periods(timestamps, period_s)
+    profile = profile_numeric(np.asarray(values, dtype="float64")[mask] if periods else values)
+    return profile.model_copy(update={"period_s": period_s, "whole_periods": periods})
+
+
 def profile_categorical(values: pd.Series) -> CategoricalProfile:
     present = values.dropna().astype(str)
     counts = present.value_counts()
@@ -103,7 +135,9 @@ def build_profile(frame: pd.DataFrame, contract: DataContract, probabilities: np
     return ReferenceProfile(
         contract=contract.name,
         rows=len(frame),
-        numeric={name: profile_numeric(frame[name]) for name in contract.numeric_inputs},
+        numeric={name: profile_periodic(frame[name], frame[contract.timestamp_column], PERIOD_S[name])
+                 if name in PERIOD_S and contract.timestamp_column in frame else profile_numeric(frame[name])
+                 for name in contract.numeric_inputs},
         categorical={name: profile_categorical(frame[name]) for name in contract.model_inputs.categorical},
         probability=profile_numeric(probabilities),
         confidence_cutoff=CONFIDENCE_CUTOFF,

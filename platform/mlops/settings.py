@@ -51,7 +51,10 @@ class Settings(BaseSettings):
     experiment: str = "fraud-detection"
     model_name: str = "fraud-detector"
     serving_alias: str = "production"
-    promotion_margin: float = Field(default=0.02, ge=0.0, le=1.0)
+    promotion_margin: float = Field(default=0.02, ge=0.0, le=1.0,
+                                    description="Lower bound of the F1 gain's 95% paired-bootstrap interval needed.")
+    promotion_min_pr_auc_lift: float = Field(default=2.0, ge=1.0,
+                                             description="A candidate's PR-AUC must be this many times the base rate.")
     seed: int = 42
     max_epochs: int = Field(default=30, ge=1)
     patience: int = Field(default=4, ge=1)

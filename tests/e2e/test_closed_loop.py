@@ -1,7 +1,7 @@
 """The closed loop on the embedded stack, each hop asserted and timed: serve the champion, replay
 drifted traffic through the service, the drift job says CRITICAL, the service answers from the
 fallback version within one poll interval, a retraining run on the drifted window registers a
-candidate, it is promoted only if it beats production by the margin, the service follows; a
+candidate, it is promoted only if it beats the base rate and production beyond noise, the service follows; a
 second CRITICAL inside the cool-down does nothing more. A real Prometheus scrapes the service and
 the drift job's Pushgateway throughout, and every serving and drift dashboard panel returns data.
 
@@ -152,7 +152,8 @@ def test_drift_switches_to_fallback_retrains_and_the_service_follows(home: Setti
         candidate = max(versions, key=int)
         assert candidate not in {champion_version, fallback_version}
         tags = versions[candidate]
-        beats = float(tags["candidate_f1"]) > float(tags.get("production_f1", "0")) + settings.promotion_margin
+        beats = (float(tags["promotion_pr_auc_lift"]) >= settings.promotion_min_pr_auc_lift
+                 and float(tags["promotion_f1_gain_low"]) >= settings.promotion_margin)
         assert (tags["decision"] == "promote") == beats
         assert registry.alias_version(settings) == (candidate if beats else champion_version)
 

@@ -10,8 +10,9 @@ import pytest
 
 from mlops.contract import DataContract
 from mlops.errors import EmptyWindowError, SmallWindowError
-from mlops.reference_profile import ReferenceProfile
-from monitoring.drift import CONFIDENT_SHARE, PROBABILITY, DriftReport, compute_drift
+from mlops.reference_profile import DAY_S, ReferenceProfile, newest_whole_periods
+from monitoring import stats
+from monitoring.drift import CONFIDENT_SHARE, PROBABILITY, TOP_SCORE_SHARE, DriftReport, compute_drift
 from monitoring.evidently_report import evidently_scores, evidently_snapshot
 
 if TYPE_CHECKING:
@@ -25,7 +26,9 @@ def _assert_matches_evidently(report: DriftReport, reference: ReferenceProfile, 
     oracle = evidently_scores(evidently_snapshot(report, reference, window))
     ours: dict[tuple[str, str], float | None] = {}
     for feature in report.features:
-        if feature.test != "none":
+        if feature.rows != report.rows or feature.psi is None:
+            continue  # judged over part of the window (a periodic input), or not scored
+        if feature.test != "none" and feature.kind != "discrete":
             ours[(feature.feature, feature.test)] = feature.p_value
         if feature.kind in ("discrete", "categorical"):
             ours[(feature.feature, "psi")] = feature.psi
@@ -38,7 +41,7 @@ def test_no_drift_is_info_on_every_feature(reference: ReferenceProfile, live: Tr
     window = live("none")
     report = compute_drift(window, reference)
     assert {f.feature for f in report.features} == {*contract.numeric_inputs, *contract.model_inputs.categorical,
-                                                     PROBABILITY, CONFIDENT_SHARE}
+                                                     PROBABILITY, CONFIDENT_SHARE, TOP_SCORE_SHARE}
     assert report.level == "INFO", [(f.feature, f.score) for f in report.flagged()]
     _assert_matches_evidently(report, reference, window)
 
@@ -48,7 +51,7 @@ def test_inflated_amounts_flag_only_the_amount_features(reference: ReferenceProf
     report = compute_drift(window, reference)
     flagged = {f.feature for f in report.flagged()}
     assert report.feature("amount").level == "CRITICAL"
-    assert flagged - {PROBABILITY, CONFIDENT_SHARE} <= AMOUNT_FEATURES
+    assert flagged - {PROBABILITY, CONFIDENT_SHARE, TOP_SCORE_SHARE} <= AMOUNT_FEATURES
     assert "amount" in flagged
     # The scoring rule reads the amount: the predictions drift with it (model drift before labels).
     assert report.feature(PROBABILITY).level != "INFO"
@@ -64,7 +67,7 @@ def test_a_new_merchant_category_is_flagged_by_chi_squared(reference: ReferenceP
     assert category.p_value == 0.0
     assert category.level == "CRITICAL"
     assert category.unknown_share == pytest.approx((window["merchant_category"] == "crypto_exchange").mean())
-    assert {f.feature for f in report.flagged()} <= {"merchant_category", PROBABILITY, CONFIDENT_SHARE}
+    assert {f.feature for f in report.flagged()} <= {"merchant_category", PROBABILITY, CONFIDENT_SHARE, TOP_SCORE_SHARE}
     _assert_matches_evidently(report, reference, window)
 
 
@@ -85,3 +88,43 @@ def test_an_all_null_column_and_an_unseen_column_give_a_verdict(reference: Refer
     assert report.feature("amount").level == report.feature("channel").level == "WARNING"
     assert "brand_new_field" in report.ignored_columns
     assert report.feature("customer_txn_count_1h").level == "INFO"
+
+
+def test_periodic_inputs_are_judged_only_over_whole_periods(reference: ReferenceProfile, live: Traffic) -> None:
+    window = live("none")
+    newest = window["event_timestamp"].max()
+    two_days = window[window["event_timestamp"] > newest - pd.Timedelta(days=2)].reset_index(drop=True)
+    report = compute_drift(two_days, reference)
+    for name in ("day_of_week_sin", "day_of_week_cos"):
+        assert report.feature(name).note == "not judged: the window covers less than its 168h period"
+        assert report.feature(name).level == "INFO"
+    hour = report.feature("hour_of_day_cos")
+    assert 0 < hour.rows <= len(two_days)
+    assert hour.psi is not None
+    assert report.level == "INFO", [(f.feature, f.score, f.note) for f in report.flagged()]
+    # Unjudged, the same two days' weekdays are far from the month's: what used to raise CRITICAL.
+    week = stats.psi_binned(reference.numeric["day_of_week_cos"].edges,
+                            reference.numeric["day_of_week_cos"].bin_counts,
+                            two_days["day_of_week_cos"].to_numpy(dtype="float64"))
+    assert week > 0.2
+
+
+def test_a_small_windows_noise_raises_no_level(reference: ReferenceProfile, live: Traffic) -> None:
+    small = live("none").iloc[:60]
+    report = compute_drift(small, reference)
+    assert report.level == "INFO", [(f.feature, f.score, f.note) for f in report.flagged()]
+    noisy = [f for f in report.features if f.psi is not None and f.psi >= 0.1]
+    assert noisy  # PSI of 60 rows over ten bins is mostly noise ...
+    assert all("not significant" in f.note or "not judged" in f.note for f in noisy)  # ... and is called so
+    assert report.feature(TOP_SCORE_SHARE).note == "not judged: 60 rows, this test needs 500"
+
+
+def test_whole_periods_of_a_reference_are_counted_from_its_newest_event() -> None:
+    moments = pd.Series(pd.date_range("2026-01-01", periods=9_500, freq="90s", tz="UTC"))  # 9.9 days
+    in_days, days = newest_whole_periods(moments, DAY_S)
+    in_weeks, weeks = newest_whole_periods(moments, 7 * DAY_S)
+    assert (days, weeks) == (9, 1)
+    assert in_days.sum() == 9 * 960  # 960 events of 90 s a day
+    assert in_weeks.sum() == 7 * 960
+    assert in_weeks[-1]
+    assert not in_weeks[0]

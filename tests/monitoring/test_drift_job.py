@@ -8,6 +8,7 @@ built in parallel; tests/e2e/test_closed_loop.py runs the same loop against the 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -38,13 +39,15 @@ runner = CliRunner()
 
 class AdminStandIn(BaseHTTPRequestHandler):
     calls: ClassVar[list[dict[str, str]]] = []
+    token: ClassVar[str | None] = TOKEN  # None: open, as the service's admin API in dev mode without a token
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+        if self.token is not None and self.headers.get("Authorization") != f"Bearer {self.token}":
             self._answer(401, {"detail": "bad token"})
             return
-        type(self).calls.append({"path": self.path, "reason": body["reason"]})
+        type(self).calls.append({"path": self.path, "reason": body["reason"],
+                                 "authorization": self.headers.get("Authorization", "")})
         self._answer(200, {"alias": "fallback"})
 
     def _answer(self, status: int, body: dict[str, str]) -> None:
@@ -114,6 +117,17 @@ def test_critical_drift_switches_to_fallback_retrains_once_and_respects_the_cool
     assert first.level == "CRITICAL"
     assert first.actions == ["fallback", "retrain"]
     assert "amount CRITICAL" in first.reason
+    # The report opens with the features by severity; the CLI names the worst three.
+    html = Path(first.report_paths[0]).read_text()
+    summary = html[html.index("<section id='drift-summary'"):html.index("</section>")]
+    assert html.index("<section id='drift-summary'") - html.index("<body") < 100
+    levels = re.findall(r"font-weight:bold'>(INFO|WARNING|CRITICAL)<", summary)
+    assert levels[0] == "CRITICAL"
+    assert levels == sorted(levels, key=["CRITICAL", "WARNING", "INFO"].index)
+    assert summary.count("<tr>") == len(levels) + 1
+    assert len(first.worst) == 3
+    assert all(w.startswith(f"v{version}/") and " CRITICAL score " in w for w in first.worst)
+    assert f"worst features: {first.worst[0]}" in " ".join(result.output.split())
     assert first.scores[f"v{version}/amount"] >= 0.2
     assert [c["path"] for c in AdminStandIn.calls] == ["/admin/fallback"]
     assert "drift CRITICAL" in AdminStandIn.calls[0]["reason"]
@@ -148,6 +162,29 @@ def test_a_refused_fallback_is_recorded_and_exits_1(settings: Settings, referenc
     assert result.exit_code == 1
     assert "answered 401" in result.output
     assert read_history(settings.monitoring_dir)[-1].action_errors[0].startswith("fallback:")
+
+
+@pytest.mark.parametrize("dev_mode", [True, False])
+def test_without_a_token_only_dev_mode_calls_the_fallback(
+        settings: Settings, reference: ReferenceProfile, live: Traffic, write_log: LogWriter,
+        register_profile: Registrar, monkeypatch: pytest.MonkeyPatch, dev_mode: bool) -> None:
+    monkeypatch.delenv("MLOPS_ADMIN_TOKEN")
+    monkeypatch.setenv("MLOPS_DEV_MODE", str(dev_mode).lower())
+    monkeypatch.setenv("MLOPS_DRIFT_RETRAIN", "false")
+    monkeypatch.setattr(AdminStandIn, "token", None)
+    version = register_profile(settings, reference)
+    write_log(live("new_merchant_category"), PredictionLog(log_dir(settings)), version=version)
+    result = runner.invoke(app, ["drift", "run"])
+    record = read_history(Settings().monitoring_dir)[-1]
+    assert record.level == "CRITICAL"
+    if dev_mode:
+        assert result.exit_code == 0, result.output
+        assert [(c["path"], c["authorization"]) for c in AdminStandIn.calls] == [("/admin/fallback", "")]
+        assert record.action_errors == []
+    else:
+        assert result.exit_code == 1
+        assert not AdminStandIn.calls
+        assert record.action_errors[0].startswith("fallback: no admin token")
 
 
 @pytest.mark.parametrize(("rows", "code", "message"), [

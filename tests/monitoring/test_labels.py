@@ -17,6 +17,7 @@ from mlops.contract import DataContract
 from mlops.prediction_log import PredictionLog, log_dir
 from mlops.settings import Settings
 from monitoring.labels import QualityRow, average_precision, ingest_labels, join_labels, quality, read_labels
+from monitoring.quality_job import run_quality
 from monitoring.window import WindowSpec, read_window
 
 if TYPE_CHECKING:
@@ -91,3 +92,37 @@ def test_quality_per_window_and_version_matches_scikit_learn(
     assert shown.exit_code == 0
     assert "PR-AUC" in shown.output
     assert (settings.monitoring_dir / "mlops_quality.prom").read_text().count("mlops_model_quality{") >= 4
+
+
+def test_shadow_mode_quality_shows_each_role_with_its_own_figures(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, live: Traffic, write_log: LogWriter,
+        contract: DataContract) -> None:
+    monkeypatch.setenv("MLOPS_HOME", str(tmp_path / "home"))
+    settings = Settings()
+    window = live("none").iloc[:1_500]
+    # The challenger scored the same requests in the shadow, inverted: its figures must differ.
+    shadow = window.assign(probability=1.0 - window["probability"])
+    log = PredictionLog(log_dir(settings))
+    start = datetime(2026, 3, 1, tzinfo=UTC)
+    write_log(window, log, version="1", logged_at=start)
+    write_log(shadow, log, version="2", logged_at=start, role="challenger")
+    write_log(window.iloc[:200], log, version="3", logged_at=start, role="canary")
+    labels = tmp_path / "labels.csv"
+    window[[contract.id_column, contract.label_column]].to_csv(labels, index=False)
+    assert runner.invoke(app, ["labels", "ingest", str(labels)]).exit_code == 0
+
+    rows = run_quality(settings, WindowSpec(), "1D")
+    by_role = {(row.role, row.model_version): row for row in rows}
+    assert set(by_role) == {("champion", "1"), ("challenger", "2"), ("canary", "3")}
+    for (role, _), frame in {("champion", "1"): window, ("challenger", "2"): shadow,
+                             ("canary", "3"): window.iloc[:200]}.items():
+        row = next(r for r in rows if r.role == role)
+        assert row.labelled == len(frame)
+        assert row.pr_auc == pytest.approx(average_precision_score(frame[contract.label_column], frame["probability"]))
+        assert row.f1 == pytest.approx(f1_score(frame[contract.label_column], frame["probability"] >= 0.5))
+    assert by_role[("champion", "1")].pr_auc != pytest.approx(by_role[("challenger", "2")].pr_auc)
+    shown = runner.invoke(app, ["labels", "quality", "--window", "1D"])
+    assert shown.exit_code == 0
+    assert {"champion", "challenger", "canary"} <= set(shown.output.split())
+    exported = (settings.monitoring_dir / "mlops_quality.prom").read_text()
+    assert 'metric="pr_auc",model_version="2",role="challenger"' in exported

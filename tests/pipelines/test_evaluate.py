@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from pipelines.steps.deploy import promotion_tags
-from pipelines.steps.evaluate import EvaluationReport, Metrics, apply_gates, compute_metrics, decide
+from pipelines.steps.evaluate import EvaluationReport, Metrics, apply_gates, compute_metrics
+from pipelines.steps.promotion import PromotionEvidence
 
 # 3 positives, 5 negatives. At threshold 0.5 the predictions are
 #   TP: 0.9, 0.6   FN: 0.3   FP: 0.7, 0.55   TN: 0.2, 0.1, 0.05
@@ -62,39 +63,6 @@ def test_single_class_labels_give_nan_ranking_metrics_and_zero_f1() -> None:
     assert math.isnan(metrics.pr_auc)
 
 
-def test_no_production_model_promotes() -> None:
-    assert decide(_metrics(0.1), None, margin=0.02) == ("promote", "no model in production yet")
-
-
-def test_candidate_beating_production_by_margin_promotes() -> None:
-    decision, reason = decide(_metrics(0.8), _metrics(0.5), margin=0.25)
-    assert decision == "promote"
-    assert "0.8000" in reason
-    assert "0.5000" in reason
-
-
-def test_candidate_exactly_at_margin_promotes() -> None:
-    # 0.5 + 0.25 == 0.75 exactly in binary floating point.
-    decision, _ = decide(_metrics(0.75), _metrics(0.5), margin=0.25)
-    assert decision == "promote"
-
-
-def test_candidate_below_margin_rejects_and_names_both_f1s() -> None:
-    decision, reason = decide(_metrics(0.7499), _metrics(0.5), margin=0.25)
-    assert decision == "reject"
-    assert "0.7499" in reason
-    assert "0.5000" in reason
-    assert "0.25" in reason
-
-
-def test_worse_candidate_rejects_with_zero_margin() -> None:
-    decision, reason = decide(_metrics(0.61), _metrics(0.62), margin=0.0)
-    assert decision == "reject"
-    assert "0.6100" in reason
-    assert "0.6200" in reason
-    assert decide(_metrics(0.62), _metrics(0.62), margin=0.0)[0] == "promote"
-
-
 def test_gates_block_a_promotion_naming_every_blocker() -> None:
     blockers = ["slice country=NG: F1 0.2000 < production 0.5000 - 0.1", "score depends on transaction_id"]
     assert apply_gates("promote", "F1 beats production", blockers) == (
@@ -110,9 +78,9 @@ def test_gates_leave_a_clean_promotion_and_any_rejection_alone() -> None:
 def test_promotion_tags_carry_decision_reason_and_both_metric_sets() -> None:
     candidate = compute_metrics(LABELS, PROBA, 0.5)
     production = _metrics(0.5)
-    decision, reason = decide(candidate, production, margin=0.02)
+    reason = "F1 gain over production +0.0714, 95% paired-bootstrap interval [+0.0300, +0.1100]"
     report = EvaluationReport(candidate=candidate, production=production, production_version="3",
-                              margin=0.02, decision=decision, reason=reason)
+                              margin=0.02, decision="promote", reason=reason)
     tags = promotion_tags(report)
     assert tags["decision"] == "promote"
     assert tags["decision_reason"] == reason
@@ -130,9 +98,8 @@ def test_promotion_tags_carry_decision_reason_and_both_metric_sets() -> None:
 
 def test_promotion_tags_without_production_model() -> None:
     candidate = compute_metrics(LABELS, PROBA, 0.5)
-    decision, reason = decide(candidate, None, margin=0.02)
     report = EvaluationReport(candidate=candidate, production=None, production_version=None,
-                              margin=0.02, decision=decision, reason=reason)
+                              margin=0.02, decision="promote", reason="no model in production yet")
     tags = promotion_tags(report)
     assert tags["decision"] == "promote"
     assert tags["production_version_at_evaluation"] == "none"
@@ -144,12 +111,21 @@ def test_promotion_tags_without_production_model() -> None:
 def test_rejected_report_tags() -> None:
     candidate = _metrics(0.4)
     production = _metrics(0.6)
-    decision, reason = decide(candidate, production, margin=0.02)
+    reason = "F1 gain over production -0.2000, 95% paired-bootstrap interval [-0.2600, -0.1400]"
     report = EvaluationReport(candidate=candidate, production=production, production_version="7",
-                              margin=0.02, decision=decision, reason=reason)
+                              margin=0.02, decision="reject", reason=reason)
     tags = promotion_tags(report)
     assert tags["decision"] == "reject"
-    assert "0.4000" in tags["decision_reason"]
-    assert "0.6000" in tags["decision_reason"]
+    assert tags["decision_reason"] == reason
     assert tags["candidate_f1"] == "0.400000"
     assert tags["production_f1"] == "0.600000"
+
+
+def test_promotion_tags_carry_the_rules_evidence() -> None:
+    report = EvaluationReport(candidate=_metrics(0.7), production=_metrics(0.5), production_version="2",
+                              margin=0.02, decision="promote", reason="r",
+                              promotion=PromotionEvidence(rows=600, base_rate=0.02, pr_auc_lift=30.5, f1_gain=0.2,
+                                                          f1_gain_low=0.11, f1_gain_high=0.29))
+    tags = promotion_tags(report)
+    assert (tags["promotion_rows"], tags["promotion_pr_auc_lift"], tags["promotion_f1_gain_low"]) == (
+        "600", "30.500000", "0.110000")

@@ -213,22 +213,29 @@ def test_evaluate_scores_production_at_its_own_threshold(
     assert report.decision == "reject"
 
 
-@pytest.mark.parametrize(("margin_above_gain", "decision"), [(False, "promote"), (True, "reject")])
-def test_evaluate_applies_the_margin_from_settings(
+def test_evaluate_applies_the_margin_from_settings_to_the_gains_lower_bound(
     onnx_at: dict[str, OnnxModel], noisy: Splits, contract: DataContract, tmp_path: Path,
-    margin_above_gain: bool, decision: str,
 ) -> None:
     test = noisy[2]
     labels = test[contract.label_column].to_numpy()
     proba = onnx_at["best"].predict_proba(test)
     gain = _f1_by_counting(labels, proba, onnx_at["best"].threshold) - _f1_by_counting(labels, proba, 0.5)
     assert gain > 0.05
-    margin = round(gain + 0.02, 4) if margin_above_gain else round(gain - 0.02, 4)
+    first = _evaluate(noisy, contract, onnx_at["best"], onnx_at["half"], 0.0, tmp_path)
+    assert first.promotion is not None
+    assert first.promotion.f1_gain == pytest.approx(gain)
+    low = first.promotion.f1_gain_low
+    assert low is not None
+    assert low < gain
+    assert first.decision == ("promote" if low >= 0 else "reject")
+    # A margin just above the lower bound refuses even though the point gain clears it.
+    margin = round(max(low, 0.0) + 0.01, 4)
+    assert margin < gain
     settings = Settings(promotion_margin=margin)
     report = _evaluate(noisy, contract, onnx_at["best"], onnx_at["half"], settings.promotion_margin, tmp_path)
     assert report.margin == margin
-    assert report.decision == decision
-    assert str(margin) in report.reason
+    assert report.decision == "reject"
+    assert f"lower bound below margin {margin}" in report.reason
 
 
 @pytest.fixture

@@ -1,0 +1,47 @@
+"""The top of a drift report: the features by severity, as a table above Evidently's sections and
+as the few worst named by the CLI, so what drifted is read first."""
+
+from __future__ import annotations
+
+from html import escape
+
+from monitoring.drift import LEVELS, DriftReport, FeatureDrift
+
+_COLOURS = {"INFO": "#2e7d32", "WARNING": "#ef6c00", "CRITICAL": "#c62828"}
+
+
+def by_severity(features: list[FeatureDrift]) -> list[FeatureDrift]:
+    """Highest level first; within a level significant tests first, then the larger score."""
+    return sorted(features, key=lambda f: (-LEVELS.index(f.level), not f.test_drift, -(f.score or 0.0), f.feature))
+
+
+def describe(feature: FeatureDrift) -> str:
+    score = f" score {feature.score:.3g}" if feature.score is not None else ""
+    test = f", {feature.test} p {feature.p_value:.3g}" if feature.p_value is not None else ""
+    return f"{feature.feature} {feature.level}{score}{test}"
+
+
+def worst(report: DriftReport, count: int = 3) -> list[str]:
+    return [f"v{report.model_version}/{describe(f)}" for f in by_severity(report.features)[:count]]
+
+
+def summary_html(report: DriftReport) -> str:
+    rows = "".join(
+        f"<tr><td>{escape(f.feature)}</td><td style='color:{_COLOURS[f.level]};font-weight:bold'>{f.level}</td>"
+        f"<td>{'' if f.score is None else f'{f.score:.4g}'}</td><td>{f.test}</td>"
+        f"<td>{'' if f.p_value is None else f'{f.p_value:.3g}'}</td><td>{f.rows:,}</td><td>{escape(f.note)}</td></tr>"
+        for f in by_severity(report.features))
+    return (f"<section id='drift-summary' style='font-family:sans-serif;margin:16px'>"
+            f"<h2>Drift {report.level}: {escape(report.model_name)} v{escape(report.model_version)}, "
+            f"{report.rows:,} predictions</h2><table border='1' cellpadding='4' style='border-collapse:collapse'>"
+            f"<tr><th>feature</th><th>level</th><th>score</th><th>test</th><th>p-value</th><th>rows</th>"
+            f"<th>note</th></tr>{rows}</table></section>")
+
+
+def prepend_summary(html: str, summary: str) -> str:
+    """``summary`` right after the document's opening body tag (at the very top when there is none)."""
+    start = html.find("<body")
+    if start < 0:
+        return summary + html
+    end = html.index(">", start) + 1
+    return html[:end] + summary + html[end:]
