@@ -77,11 +77,17 @@ def generate(
 def ingest_command(source: Annotated[str, typer.Argument(help="CSV/Parquet path or URL.")]) -> None:
     """Snapshot a source into the immutable snapshot store and print its hash."""
     from mlops.contract import load_contract
-    from mlops.data.ingest import ingest
+    from mlops.data.source_columns import check_source_columns
+    from mlops.preflight import check_source
 
     settings = _settings()
     try:
-        snapshot = ingest(source, settings.snapshots_dir, load_contract(settings.contract_path))
+        contract = load_contract(settings.contract_path)
+        check_source(source)
+        check_source_columns(source, contract)  # a missing column is named before pandas is even imported
+        from mlops.data.ingest import ingest
+
+        snapshot = ingest(source, settings.snapshots_dir, contract)
     except MLOpsError as exc:
         _fail(exc)
     console.print(f"snapshot {snapshot.sha256} ({snapshot.rows:,} rows) at {snapshot.path}")
@@ -125,6 +131,8 @@ def run_command(
     """
     import time
 
+    from mlops.contract import load_contract
+    from mlops.data.source_columns import check_source_columns
     from mlops.data.training_window import resolve_window
     from mlops.preflight import check_source, check_tracking_server
     from mlops.run_lock import exclusive_pipeline_run
@@ -135,6 +143,7 @@ def run_command(
     try:  # refused before kfp, pandas and MLflow are even imported
         resolve_window(since, until, last_weeks)
         check_source(source)
+        check_source_columns(source, load_contract(settings.contract_path))
         with exclusive_pipeline_run(settings):
             check_tracking_server(settings.resolved_tracking_uri)
             _run_locked(source, settings, run_name, verbose, (since, until, last_weeks), time.monotonic(), runner)
