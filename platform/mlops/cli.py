@@ -52,7 +52,7 @@ def generate(
 ) -> None:
     """Write seeded synthetic card transactions (columns, categories and ranges from the contract)."""
     from mlops.contract import load_contract
-    from mlops.data.generator import SCENARIOS, generate_transactions
+    from mlops.data.generator import SCENARIOS, write_transactions
 
     if scenario not in SCENARIOS:
         _error_exit(f"unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}", 2)
@@ -63,14 +63,9 @@ def generate(
     except MLOpsError as exc:
         _fail(exc)
     with console.status(f"generating {rows:,} transactions"):
-        frame = generate_transactions(rows, seed=seed, scenario=scenario, fraud_rate=fraud_rate,  # type: ignore[arg-type]
-                                      contract=contract)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if out.suffix == ".csv":
-            frame.to_csv(out, index=False)
-        else:
-            frame.to_parquet(out, index=False)
-    console.print(f"wrote {len(frame):,} transactions ({frame['is_fraud'].mean():.2%} fraud) to {out}")
+        fraud_share = write_transactions(out, rows, seed=seed, scenario=scenario,  # type: ignore[arg-type]
+                                         fraud_rate=fraud_rate, contract=contract)
+    console.print(f"wrote {rows:,} transactions ({fraud_share:.2%} fraud) to {out}")
 
 
 @data_app.command("ingest")
