@@ -1,24 +1,26 @@
 """Validate a snapshot against its data contract with a Great Expectations suite; fail closed.
 
 The suite is derived from the contract alone (see :func:`suite_plan`), so another dataset is only
-another contract file. Every run writes ``validation.json`` and ``validation.html`` to the report
-directory, pass or fail; a failure then raises :class:`DataValidationError` naming each failed
-expectation. GX runs in an ephemeral context: no project files, no network.
+another contract file. It runs batch by batch over the snapshot, memory bounded by a batch and
+uniqueness exact over the whole file (see :mod:`pipelines.steps.validate_batches`). Every run
+writes ``validation.json`` and ``validation.html`` to the report directory, pass or fail, with
+what the contract expects and what the data showed for every expectation, in the contract's
+words (see :mod:`pipelines.steps.validate_phrasing`); a failure then raises
+:class:`DataValidationError` naming each failed expectation.
 """
 
 from __future__ import annotations
 
 import html
-import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from mlops.contract import DataContract, Dtype
 from mlops.errors import DataValidationError, InputError
+from pipelines.steps.validate_batches import COLUMN_EXISTS, NO_DUPLICATE_ROWS, UNIQUE, run_suite
+from pipelines.steps.validate_phrasing import NOT_CHECKED_MISSING, expected, observed
 
 JSON_NAME = "validation.json"
 HTML_NAME = "validation.html"
@@ -37,12 +39,6 @@ _TYPE_CHECKS: dict[Dtype, tuple[str, dict[str, Any]]] = {
     "string": ("expect_column_values_to_be_in_type_list", {"type_list": ["str", "StringDtype"]}),
     "datetime": ("expect_column_values_to_be_of_type", {"type_": "Timestamp"}),
 }
-_OBSERVED_MAX_CHARS = 200
-# A unique column is judged on the distinct rows: an exact duplicate row is one finding (duplicate
-# rows), an id shared by rows that differ another (reused id), never both for the same rows.
-_UNIQUE = "expect_column_values_to_be_unique"
-_NO_DUPLICATE_ROWS = "expect_compound_columns_to_be_unique"
-_UNEXPECTED_ROWS = {_UNIQUE: "rows reuse an id of a different row", _NO_DUPLICATE_ROWS: "rows are exact duplicates"}
 
 
 class ExpectationOutcome(BaseModel):
@@ -51,6 +47,7 @@ class ExpectationOutcome(BaseModel):
     expectation: str
     column: str | None
     success: bool
+    expected: str
     observed: str
 
     @property
@@ -94,9 +91,9 @@ def suite_plan(contract: DataContract) -> list[tuple[str, dict[str, Any]]]:
                          {"column": name, "value_set": list(col.categories),
                           "mostly": 1.0 - contract.unknown_category_tolerance}))
         if col.unique:
-            plan.append((_UNIQUE, {"column": name}))
+            plan.append((UNIQUE, {"column": name}))
     if not contract.allow_duplicate_rows:
-        plan.append((_NO_DUPLICATE_ROWS, {"column_list": [c.name for c in contract.columns]}))
+        plan.append((NO_DUPLICATE_ROWS, {"column_list": [c.name for c in contract.columns]}))
     plan.append(("expect_column_mean_to_be_between",
                  {"column": contract.label_column, "min_value": contract.label_rate.min,
                   "max_value": contract.label_rate.max}))
@@ -112,16 +109,16 @@ def validate_snapshot(snapshot_path: Path, contract: DataContract, report_dir: P
 
 def check_snapshot(snapshot_path: Path, contract: DataContract, report_dir: Path) -> ValidationReport:
     """Run the contract's suite on a parquet snapshot and write the report; never raises on bad data."""
-    try:
-        frame = pd.read_parquet(snapshot_path)
-    except FileNotFoundError as exc:
-        raise InputError(f"snapshot not found: {snapshot_path}", field="snapshot_path") from exc
-    plan = suite_plan(contract)
-    outcomes = _run_suite(frame, plan)
+    if not snapshot_path.is_file():
+        raise InputError(f"snapshot not found: {snapshot_path}", field="snapshot_path")
+    rows, columns, tallies = run_suite(snapshot_path, suite_plan(contract))
+    outcomes = [ExpectationOutcome(expectation=t.kind, column=t.column, success=t.success,
+                                   expected=expected(t, contract), observed=observed(t, columns, contract))
+                for t in tallies]
     report_dir.mkdir(parents=True, exist_ok=True)
     report = ValidationReport(
         success=all(o.success for o in outcomes),
-        rows=len(frame),
+        rows=rows,
         results=outcomes,
         report_path=str(report_dir / JSON_NAME),
     )
@@ -131,12 +128,25 @@ def check_snapshot(snapshot_path: Path, contract: DataContract, report_dir: Path
 
 
 def raise_for_failures(report: ValidationReport) -> None:
-    """DataValidationError naming every failed expectation, when any failed."""
+    """DataValidationError listing every failed expectation (``failed``) and, in its message, what was
+    expected and observed, in the contract's words; a missing column is named once, not per expectation."""
     if not report.success:
-        failed = report.failed
-        raise DataValidationError(
-            "data validation failed: " + "; ".join(failed), failed=failed, report_path=report.report_path
-        )
+        raise DataValidationError("data validation failed: " + failure_summary(report), failed=report.failed,
+                                  report_path=report.report_path)
+
+
+def failure_summary(report: ValidationReport) -> str:
+    """The failed expectations as one line: ``column amount: expected ..., observed ...; ...``."""
+    parts = []
+    for r in report.results:
+        if r.success or r.observed.startswith(NOT_CHECKED_MISSING):  # the missing column is named by its own check
+            continue
+        if r.expectation == COLUMN_EXISTS:
+            parts.append(f"column {r.column} is missing")
+        else:
+            subject = f"column {r.column}" if r.column else "rows"
+            parts.append(f"{subject}: expected {r.expected}, observed {r.observed}")
+    return "; ".join(parts)
 
 
 def log_validation_to_mlflow(report: ValidationReport, run_id: str) -> None:
@@ -151,86 +161,11 @@ def log_validation_to_mlflow(report: ValidationReport, run_id: str) -> None:
     client.log_metric(run_id, "validation_expectations", float(len(report.results)))
 
 
-def _run_suite(frame: pd.DataFrame, plan: list[tuple[str, dict[str, Any]]]) -> list[ExpectationOutcome]:
-    # GX releases that ship usage analytics read this switch; a validation step never phones home.
-    os.environ["GX_ANALYTICS_ENABLED"] = "False"
-    import great_expectations as gx  # deferred: takes seconds to import
-    from great_expectations.data_context.types.base import ProgressBarsConfig
-
-    context = gx.get_context(mode="ephemeral")
-    context.variables.progress_bars = ProgressBarsConfig(globally=False)  # no tqdm noise in logs
-    source = context.data_sources.add_pandas("snapshot")
-    on_distinct = [(kind, kwargs) for kind, kwargs in plan if kind == _UNIQUE]
-    on_all = [(kind, kwargs) for kind, kwargs in plan if kind != _UNIQUE]
-    results = _validate(source, "all_rows", frame, on_all)
-    if on_distinct:
-        results += _validate(source, "distinct_rows", frame.drop_duplicates(), on_distinct)
-    order = {(kind, kwargs.get("column")): i for i, (kind, kwargs) in enumerate(plan)}
-    outcomes = []
-    for r in results:
-        config = r.expectation_config
-        assert config is not None  # GX attaches the configuration to every suite result
-        outcomes.append(ExpectationOutcome(
-            expectation=config.type,
-            column=config.kwargs.get("column"),
-            success=bool(r.success),
-            observed=_observed(config.type, bool(r.success), r.result or {}, r.exception_info or {}),
-        ))
-    return sorted(outcomes, key=lambda o: order[(o.expectation, o.column)])
-
-
-def _validate(source: Any, name: str, frame: pd.DataFrame, plan: list[tuple[str, dict[str, Any]]]) -> list[Any]:
-    """Results of ``plan`` on ``frame`` as the data asset ``name`` of the pandas source."""
-    import great_expectations as gx
-    from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
-
-    batch_definition = source.add_dataframe_asset(name).add_batch_definition_whole_dataframe("whole")
-    suite = gx.ExpectationSuite(name=f"data-contract-{name}")
-    for kind, kwargs in plan:
-        suite.add_expectation(ExpectationConfiguration(type=kind, kwargs=kwargs).to_domain_obj())
-    # GX records an expectation on a missing column as a failed result carrying the exception, so
-    # the run goes on and the missing column is reported next to expect_column_to_exist.
-    result = batch_definition.get_batch(batch_parameters={"dataframe": frame}).validate(suite)
-    return list(result.results)
-
-
-def _observed(kind: str, success: bool, result: Mapping[str, Any], exception_info: Mapping[str, Any]) -> str:
-    if kind == "expect_column_to_exist":  # GX reports nothing for it; say which way it went
-        return "present" if success else "missing"
-    if "observed_value" in result:
-        text = _short(result["observed_value"])
-    elif result.get("unexpected_count") is not None:
-        text = f"{result['unexpected_count']} {_UNEXPECTED_ROWS.get(kind, 'unexpected')}"
-        if result.get("unexpected_percent") is not None:
-            text += f" ({result['unexpected_percent']:.3g}%)"
-        sample = list(dict.fromkeys(map(_short, result.get("partial_unexpected_list") or [])))
-        if sample:
-            text += ", e.g. " + ", ".join(sample[:3])
-    else:
-        text = _exception_message(exception_info)
-    return text[:_OBSERVED_MAX_CHARS]
-
-
-def _exception_message(info: Mapping[str, Any]) -> str:
-    # GX nests metric errors one level down, keyed by metric id; expectation errors sit at the top.
-    for entry in (info, *(v for v in info.values() if isinstance(v, Mapping))):
-        if entry.get("raised_exception"):
-            return str(entry.get("exception_message"))
-    return ""
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, Mapping) and value:  # a whole row (duplicate rows): its first column names it
-        key, first = next(iter(value.items()))
-        return f"{key}={first}"
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
 def _render_html(report: ValidationReport, contract_name: str) -> str:
     rows = "\n".join(
         f'<tr class="{"pass" if r.success else "fail"}"><td>{html.escape(r.expectation)}</td>'
         f"<td>{html.escape(r.column or '')}</td><td>{'pass' if r.success else 'FAIL'}</td>"
-        f"<td>{html.escape(r.observed)}</td></tr>"
+        f"<td>{html.escape(r.expected)}</td><td>{html.escape(r.observed)}</td></tr>"
         for r in report.results
     )
     verdict = "passed" if report.success else f"FAILED ({len(report.failed)} expectations)"
@@ -245,7 +180,7 @@ tr.fail {{ background: #f8d7da; font-weight: bold; }}
 </style></head><body>
 <h1>{title}</h1>
 <p>{report.rows} rows; {verdict}.</p>
-<table><thead><tr><th>expectation</th><th>column</th><th>result</th><th>observed</th></tr></thead>
+<table><thead><tr><th>expectation</th><th>column</th><th>result</th><th>expected</th><th>observed</th></tr></thead>
 <tbody>
 {rows}
 </tbody></table>

@@ -54,7 +54,7 @@ def generate(
 ) -> None:
     """Write seeded synthetic card transactions (columns, categories and ranges from the contract)."""
     from mlops.contract import load_contract
-    from mlops.data.generator import SCENARIOS, generate_transactions
+    from mlops.data.generator import SCENARIOS, write_transactions
 
     if scenario not in SCENARIOS:
         _error_exit(f"unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}", 2)
@@ -65,25 +65,26 @@ def generate(
     except MLOpsError as exc:
         _fail(exc)
     with console.status(f"generating {rows:,} transactions"):
-        frame = generate_transactions(rows, seed=seed, scenario=scenario, fraud_rate=fraud_rate,  # type: ignore[arg-type]
-                                      contract=contract)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if out.suffix == ".csv":
-            frame.to_csv(out, index=False)
-        else:
-            frame.to_parquet(out, index=False)
-    console.print(f"wrote {len(frame):,} transactions ({frame['is_fraud'].mean():.2%} fraud) to {out}")
+        fraud_share = write_transactions(out, rows, seed=seed, scenario=scenario,  # type: ignore[arg-type]
+                                         fraud_rate=fraud_rate, contract=contract)
+    console.print(f"wrote {rows:,} transactions ({fraud_share:.2%} fraud) to {out}")
 
 
 @data_app.command("ingest")
 def ingest_command(source: Annotated[str, typer.Argument(help="CSV/Parquet path or URL.")]) -> None:
     """Snapshot a source into the immutable snapshot store and print its hash."""
     from mlops.contract import load_contract
-    from mlops.data.ingest import ingest
+    from mlops.data.source_columns import check_source_columns
+    from mlops.preflight import check_source
 
     settings = _settings()
     try:
-        snapshot = ingest(source, settings.snapshots_dir, load_contract(settings.contract_path))
+        contract = load_contract(settings.contract_path)
+        check_source(source)
+        check_source_columns(source, contract)  # a missing column is named before pandas is even imported
+        from mlops.data.ingest import ingest
+
+        snapshot = ingest(source, settings.snapshots_dir, contract)
     except MLOpsError as exc:
         _fail(exc)
     console.print(f"snapshot {snapshot.sha256} ({snapshot.rows:,} rows) at {snapshot.path}")
@@ -127,6 +128,8 @@ def run_command(
     """
     import time
 
+    from mlops.contract import load_contract
+    from mlops.data.source_columns import check_source_columns
     from mlops.data.training_window import resolve_window
     from mlops.preflight import check_source, check_tracking_server
     from mlops.run_lock import exclusive_pipeline_run
@@ -137,6 +140,7 @@ def run_command(
     try:  # refused before kfp, pandas and MLflow are even imported
         resolve_window(since, until, last_weeks)
         check_source(source)
+        check_source_columns(source, load_contract(settings.contract_path))
         with exclusive_pipeline_run(settings):
             check_tracking_server(settings.resolved_tracking_uri)
             _run_locked(source, settings, run_name, verbose, (since, until, last_weeks), time.monotonic(), runner)

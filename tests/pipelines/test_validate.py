@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,8 @@ from pipelines.steps.validate import (
     HTML_NAME,
     JSON_NAME,
     ValidationReport,
+    check_snapshot,
+    failure_summary,
     log_validation_to_mlflow,
     suite_plan,
     validate_snapshot,
@@ -165,9 +168,9 @@ def test_corrupted_snapshot_fails_naming_the_expectation(
     with pytest.raises(DataValidationError) as info:
         validate_snapshot(_snapshot(corrupt(clean.copy()), tmp_path), contract, report_dir)
     err = info.value
-    assert expected in err.message
     assert expected in err.failed
-    assert err.message == "data validation failed: " + "; ".join(err.failed)
+    assert err.message == "data validation failed: " + failure_summary(ValidationReport.model_validate_json(
+        Path(str(err.report_path)).read_text()))
     assert err.report_path == str(report_dir / JSON_NAME)
     report = ValidationReport.model_validate_json(Path(err.report_path).read_text())
     assert not report.success
@@ -183,10 +186,11 @@ def test_missing_column_does_not_crash_other_checks(
         validate_snapshot(_snapshot(_drop_amount(clean.copy()), tmp_path), contract, tmp_path / "r")
     # Every failure concerns the missing column; the rest of the suite still ran and passed.
     report = ValidationReport.model_validate_json(Path(str(info.value.report_path)).read_text())
-    assert all(r.column == "amount" or '"amount"' in r.observed for r in report.results if not r.success)
+    assert all(r.column == "amount" or "amount" in r.observed for r in report.results if not r.success)
     between = next(r for r in report.results if r.expectation == "expect_column_values_to_be_between"
                    and r.column == "amount")
-    assert "does not exist" in between.observed
+    assert between.observed == "not checked: column amount is missing"
+    assert info.value.message == "data validation failed: column amount is missing"
     assert sum(r.success for r in report.results) == len(report.results) - len(info.value.failed)
 
 
@@ -206,6 +210,31 @@ def test_duplicate_rows_and_reused_ids_are_distinct_findings(
     report = ValidationReport.model_validate_json(Path(str(info.value.report_path)).read_text())
     result = next(r for r in report.results if r.label == finding)
     assert result.observed.startswith(observed)
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "message"),
+    [(_amount_out_of_range, "column amount: expected between 0.01 and 50,000, observed 6 values outside the range "
+                            "(0.3%), e.g. -5, 1,000,000,000"),
+     (_null_customers, "column customer_id: expected no nulls, observed 5 nulls (0.25%)"),
+     (_casino_merchants, "column merchant_category: expected one of grocery, restaurant, fuel, travel, electronics, "
+                         "fashion, entertainment, gift_cards, health, utilities (up to 0.1% others), observed 20 "
+                         "values not among them (1%), e.g. casino"),
+     (_no_fraud, "column is_fraud: expected mean between 0.003 and 0.08, observed mean 0"),
+     (_reused_ids, "column transaction_id: expected no id shared by rows that differ, observed 4 rows reuse an id "
+                   "of a different row (0.2%), e.g. T000000199")],
+    ids=["out-of-range", "nulls", "unknown-category", "label-rate", "reused-ids"],
+)
+def test_a_failure_says_what_the_contract_expects_and_what_the_data_holds(
+    contract: DataContract, clean: pd.DataFrame, tmp_path: Path,
+    corrupt: Callable[[pd.DataFrame], pd.DataFrame], message: str,
+) -> None:
+    with pytest.raises(DataValidationError) as info:
+        validate_snapshot(_snapshot(corrupt(clean.copy()), tmp_path), contract, tmp_path / "r")
+    assert info.value.message == f"data validation failed: {message}"
+    page = (tmp_path / "r" / HTML_NAME).read_text()
+    assert "<th>expected</th><th>observed</th>" in page
+    assert html.escape(message.split(": ", 1)[1].split(", observed ")[0].removeprefix("expected ")) in page
 
 
 def test_both_kinds_of_duplicate_are_both_reported(
@@ -352,3 +381,30 @@ def test_nan_fails_in_a_column_without_bounds(contract: DataContract, clean: pd.
     with pytest.raises(DataValidationError) as info:
         validate_snapshot(_snapshot(df, tmp_path), unbounded, tmp_path / "r")
     assert info.value.failed == ["expect_column_values_to_not_be_null(column=amount)"]
+
+
+def _corrupted_everywhere(df: pd.DataFrame) -> pd.DataFrame:
+    """Findings of every kind, spread so that each batch of 700 rows sees some and misses others."""
+    df = _amount_out_of_range(_null_customers(df))
+    df.loc[df.index[1500], "transaction_id"] = df["transaction_id"].iloc[10]  # a reuse across batches
+    df.loc[df.index[1700:1703], "merchant_category"] = "casino"
+    return pd.concat([df, df.iloc[[5, 1999]]], ignore_index=True)  # duplicates of a first and a last batch's rows
+
+
+def test_batches_combine_to_the_verdict_on_the_whole_file(
+    contract: DataContract, clean: pd.DataFrame, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pipelines.steps import validate_batches
+
+    snapshot = _snapshot(_corrupted_everywhere(clean.copy()), tmp_path)
+    whole = check_snapshot(snapshot, contract, tmp_path / "whole")
+    monkeypatch.setattr(validate_batches, "BATCH_ROWS", 700)
+    batched = check_snapshot(snapshot, contract, tmp_path / "batched")
+    assert [r.model_dump() for r in batched.results] == [r.model_dump() for r in whole.results]
+    assert batched.failed == [
+        REUSED_IDS, "expect_column_values_to_not_be_null(column=customer_id)",
+        "expect_column_values_to_be_between(column=amount)",
+        "expect_column_values_to_be_in_set(column=merchant_category)", DUPLICATE_ROWS]
+    found = {r.label: r.observed for r in batched.results}
+    assert found[REUSED_IDS].startswith("2 rows reuse an id of a different row")  # exact across batches
+    assert found[DUPLICATE_ROWS].startswith("4 rows are exact duplicates")

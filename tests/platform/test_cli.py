@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from mlops.cli import app
+from mlops.contract import DataContract
 
 runner = CliRunner()
 
@@ -76,9 +77,10 @@ def test_pipeline_run_refuses_a_missing_file_before_starting(tmp_path: Path) -> 
     assert not (tmp_path / "home").exists()  # nothing started: no MLflow store, no kfp root, no log file
 
 
-def test_pipeline_run_names_a_refused_tracking_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pipeline_run_names_a_refused_tracking_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      contract: DataContract) -> None:
     source = tmp_path / "tx.csv"
-    source.write_text("transaction_id\nT1\n")
+    source.write_text(",".join(c.name for c in contract.columns) + "\n")  # the header passes; no row is read
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         uri = f"http://127.0.0.1:{probe.getsockname()[1]}"

@@ -8,17 +8,23 @@ raw fields carry some. Drift scenarios shift one aspect of the data for monitori
 of day gives it away.
 
 Column names, categories and the amount range come from the data contract (the bundled one by
-default); the generator only knows which of those categories play which role in fraud.
+default); the generator only knows which of those categories play which role in fraud. The draws
+are numbers and vocabulary codes (vectorized numpy); text is made per chunk, so
+:func:`write_transactions` writes ten million rows with memory for the draws alone.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Literal, get_args
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from mlops.contract import DataContract, load_contract
 from mlops.settings import BUNDLED_CONTRACT
@@ -38,6 +44,7 @@ _VALUE_COLUMNS = ("amount", "merchant_category", "channel", "country")
 # A category the contract does not list: the new_merchant_category scenario moves merchants into it.
 NEW_CATEGORY = "crypto_exchange"
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
+CHUNK_ROWS = 1_000_000  # rows made into text and written at a time by write_transactions
 
 # night_fraud: legitimate use follows the day (weights per UTC hour, about 1.7 % in 00:00-05:00);
 # most fraud happens in NIGHT_HOURS.
@@ -59,6 +66,20 @@ class _Vocabulary:
     home_countries: tuple[str, ...]
     risky_countries: tuple[str, ...]
     amount_range: tuple[float, float]
+    countries: tuple[str, ...]
+
+    def codes(self, names: tuple[str, ...], universe: tuple[str, ...]) -> np.ndarray:
+        """Positions of ``names`` in ``universe``: drawing a position draws the name (numpy's choice is the same)."""
+        return np.array([universe.index(n) for n in names], np.int64)
+
+    @property
+    def channel_names(self) -> tuple[str, ...]:
+        """The contract's channels, and "online" (the online_shift scenario's target) when it lacks it."""
+        return self.channels if "online" in self.channels else (*self.channels, "online")
+
+    @property
+    def category_names(self) -> tuple[str, ...]:
+        return (*self.categories, NEW_CATEGORY)
 
     @classmethod
     def of(cls, contract: DataContract) -> _Vocabulary:
@@ -93,12 +114,13 @@ class _Vocabulary:
             risky_countries=risky_countries,
             amount_range=(amount.min if amount.min is not None else 0.01,
                           amount.max if amount.max is not None else np.inf),
+            countries=countries,
         )
 
 
 @dataclass(frozen=True)
 class _Population:
-    """The customers and merchants of one generated dataset."""
+    """The customers and merchants of one generated dataset (countries and categories as vocabulary codes)."""
 
     home: np.ndarray
     spend: np.ndarray
@@ -121,46 +143,124 @@ def generate_transactions(
     contract: DataContract | None = None,
 ) -> pd.DataFrame:
     """Return ``n_rows`` transactions sorted by time, with the contract's columns (bundled contract by default)."""
-    if scenario not in SCENARIOS:
-        raise ValueError(f"unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
-    if n_rows < 100:
-        raise ValueError("n_rows must be at least 100")
-    if scenario == "fraud_surge":
-        fraud_rate *= 3
-    if not 0 <= fraud_rate <= 0.3:
-        raise ValueError(f"fraud rate {fraud_rate:g} (after the scenario) must be between 0 and 0.3")
-    contract = contract or load_contract(BUNDLED_CONTRACT)
-    vocab = _Vocabulary.of(contract)
-    rng = np.random.default_rng(seed)
-    n_customers = max(50, n_rows // 25)
-    n_merchants = max(20, n_rows // 150)
-    cust_home = rng.choice(vocab.home_countries, size=n_customers)
-    cust_spend = rng.lognormal(mean=3.6, sigma=0.6, size=n_customers)
-    cust_activity = rng.gamma(2.0, 1.0, size=n_customers)
-    people = _Population(home=cust_home, spend=cust_spend, activity_p=cust_activity / cust_activity.sum(),
-                         merchant_category=rng.choice(vocab.categories, size=n_merchants).astype(object))
-    n_fraud_target = round(n_rows * fraud_rate)
-    if scenario == "night_fraud":
-        frame = _night_fraud(rng, people, vocab, n_rows, n_fraud_target, days)
-    else:
-        frame = _burst_fraud(rng, people, vocab, n_rows, n_fraud_target, days * 86_400)
-    frame = _apply_scenario(frame, scenario, rng, vocab)
-    if scenario == "new_merchant_category":
-        people.merchant_category[rng.random(people.n_merchants) < 0.2] = NEW_CATEGORY
-    frame = frame.sort_values(["t", "customer_idx"], kind="stable").reset_index(drop=True)
-    micros = np.floor(frame["t"].to_numpy() * 1e6).astype("int64")
-    values = {
-        contract.id_column: [f"T{i:09d}" for i in range(len(frame))],
-        contract.entity("customer").join_key: [f"C{i:06d}" for i in frame["customer_idx"]],
-        contract.entity("merchant").join_key: [f"M{i:05d}" for i in frame["merchant_idx"]],
-        contract.timestamp_column: pd.Timestamp(start) + pd.to_timedelta(micros, unit="us"),
-        "amount": np.clip(frame["amount"].to_numpy(), *vocab.amount_range).round(2),
-        "merchant_category": people.merchant_category[frame["merchant_idx"]].astype(str),
-        "channel": frame["channel"].to_numpy().astype(str),
-        "country": frame["country"].to_numpy().astype(str),
-        contract.label_column: frame["is_fraud"].to_numpy(),
-    }
-    return pd.DataFrame({c.name: values[c.name] for c in contract.columns})
+    draws = _Draws.of(n_rows, seed=seed, fraud_rate=fraud_rate, days=days, scenario=scenario,
+                      contract=contract or load_contract(BUNDLED_CONTRACT))
+    return draws.rows(0, n_rows, start)
+
+
+def write_transactions(
+    out: Path,
+    n_rows: int,
+    *,
+    seed: int = 42,
+    fraud_rate: float = 0.015,
+    scenario: Scenario = "none",
+    contract: DataContract | None = None,
+    chunk_rows: int = CHUNK_ROWS,
+) -> float:
+    """Write :func:`generate_transactions`' rows to ``out`` (.parquet or .csv) in chunks; returns the fraud share.
+
+    Only the draws (a few numbers a row) are held for the whole set; the rows' text is made and
+    written one chunk at a time, so memory grows by bytes, not by Python strings, per row.
+    """
+    draws = _Draws.of(n_rows, seed=seed, fraud_rate=fraud_rate, days=60, scenario=scenario,
+                      contract=contract or load_contract(BUNDLED_CONTRACT))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    writer: pq.ParquetWriter | None = None
+    try:
+        for begin in range(0, n_rows, chunk_rows):
+            chunk = draws.rows(begin, min(begin + chunk_rows, n_rows), DEFAULT_START)
+            if out.suffix == ".csv":
+                chunk.to_csv(out, index=False, header=begin == 0, mode="w" if begin == 0 else "a")
+                continue
+            table = pa.Table.from_pandas(chunk, preserve_index=False)
+            writer = writer or pq.ParquetWriter(out, table.schema)
+            writer.write_table(table)
+    finally:
+        if writer is not None:
+            writer.close()
+    return float(draws.is_fraud.mean())
+
+
+@dataclass(frozen=True)
+class _Draws:
+    """Every random draw of one dataset, sorted by time: numbers and vocabulary codes, no text."""
+
+    contract: DataContract
+    vocab: _Vocabulary
+    customer: np.ndarray
+    merchant: np.ndarray
+    micros: np.ndarray
+    amount: np.ndarray
+    merchant_category: np.ndarray
+    channel: np.ndarray
+    country: np.ndarray
+    is_fraud: np.ndarray
+
+    @classmethod
+    def of(cls, n_rows: int, *, seed: int, fraud_rate: float, days: int, scenario: Scenario,
+           contract: DataContract) -> _Draws:
+        if scenario not in SCENARIOS:
+            raise ValueError(f"unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
+        if n_rows < 100:
+            raise ValueError("n_rows must be at least 100")
+        if scenario == "fraud_surge":
+            fraud_rate *= 3
+        if not 0 <= fraud_rate <= 0.3:
+            raise ValueError(f"fraud rate {fraud_rate:g} (after the scenario) must be between 0 and 0.3")
+        vocab = _Vocabulary.of(contract)
+        rng = np.random.default_rng(seed)
+        n_customers = max(50, n_rows // 25)
+        n_merchants = max(20, n_rows // 150)
+        home = vocab.codes(vocab.home_countries, vocab.countries)
+        cust_home = home[rng.choice(len(home), size=n_customers)]
+        cust_spend = rng.lognormal(mean=3.6, sigma=0.6, size=n_customers)
+        cust_activity = rng.gamma(2.0, 1.0, size=n_customers)
+        people = _Population(home=cust_home, spend=cust_spend, activity_p=cust_activity / cust_activity.sum(),
+                             merchant_category=rng.choice(len(vocab.categories), size=n_merchants))
+        n_fraud_target = round(n_rows * fraud_rate)
+        if scenario == "night_fraud":
+            frame = _night_fraud(rng, people, vocab, n_rows, n_fraud_target, days)
+        else:
+            frame = _burst_fraud(rng, people, vocab, n_rows, n_fraud_target, days * 86_400)
+        frame = _apply_scenario(frame, scenario, rng, vocab)
+        if scenario == "new_merchant_category":
+            people.merchant_category[rng.random(people.n_merchants) < 0.2] = len(vocab.categories)
+        frame = frame.sort_values(["t", "customer_idx"], kind="stable")
+        return cls(contract=contract, vocab=vocab, customer=frame["customer_idx"].to_numpy(),
+                   merchant=frame["merchant_idx"].to_numpy(),
+                   micros=np.floor(frame["t"].to_numpy() * 1e6).astype("int64"),
+                   amount=np.clip(frame["amount"].to_numpy(), *vocab.amount_range).round(2),
+                   merchant_category=people.merchant_category, channel=frame["channel"].to_numpy(),
+                   country=frame["country"].to_numpy(), is_fraud=frame["is_fraud"].to_numpy())
+
+    def rows(self, begin: int, end: int, start: datetime) -> pd.DataFrame:
+        """Rows ``begin``..``end`` (in time order) with the contract's columns and text."""
+        contract, part = self.contract, slice(begin, end)
+        values = {
+            contract.id_column: _labels("T", np.arange(begin, end), 9),
+            contract.entity("customer").join_key: _labels("C", self.customer[part], 6),
+            contract.entity("merchant").join_key: _labels("M", self.merchant[part], 5),
+            contract.timestamp_column: pd.Timestamp(start) + pd.to_timedelta(self.micros[part], unit="us"),
+            "amount": self.amount[part],
+            "merchant_category": _names(self.vocab.category_names, self.merchant_category[self.merchant[part]]),
+            "channel": _names(self.vocab.channel_names, self.channel[part]),
+            "country": _names(self.vocab.countries, self.country[part]),
+            contract.label_column: self.is_fraud[part],
+        }
+        return pd.DataFrame({c.name: values[c.name] for c in contract.columns})
+
+
+def _labels(prefix: str, numbers: np.ndarray, width: int) -> np.ndarray:
+    """``prefix`` and each number zero-padded to ``width`` digits (as f"{prefix}{n:0{width}d}"), vectorized."""
+    digits = pc.utf8_lpad(pa.array(numbers, pa.int64()).cast(pa.string()), width=width, padding="0")
+    labelled: np.ndarray = pc.binary_join_element_wise(prefix, digits, "").to_numpy(zero_copy_only=False)
+    return labelled
+
+
+def _names(universe: tuple[str, ...], codes: np.ndarray) -> np.ndarray:
+    picked: np.ndarray = np.array(universe, dtype=object)[codes]
+    return picked
 
 
 def _everyday(rng: np.random.Generator, people: _Population, vocab: _Vocabulary, customers: np.ndarray,
@@ -169,10 +269,10 @@ def _everyday(rng: np.random.Generator, people: _Population, vocab: _Vocabulary,
     n = len(customers)
     amount = people.spend[customers] * rng.lognormal(0.0, 0.5, size=n)
     merchant = rng.integers(0, people.n_merchants, size=n)
-    channel = rng.choice(vocab.channels, size=n, p=vocab.legit_channel_p)
+    channel = rng.choice(len(vocab.channels), size=n, p=vocab.legit_channel_p)
     abroad = rng.random(n) < 0.04
-    country = np.where(abroad, rng.choice(vocab.home_countries + vocab.risky_countries[:2], size=n),
-                       people.home[customers])
+    travel = vocab.codes(vocab.home_countries + vocab.risky_countries[:2], vocab.countries)
+    country = np.where(abroad, travel[rng.choice(len(travel), size=n)], people.home[customers])
     return pd.DataFrame({"customer_idx": customers, "merchant_idx": merchant, "t": times, "amount": amount,
                          "channel": channel, "country": country, "is_fraud": np.zeros(n, np.int64)})
 
@@ -199,15 +299,17 @@ def _burst_fraud(rng: np.random.Generator, people: _Population, vocab: _Vocabula
     blends_in = np.repeat(rng.random(len(burst_sizes)) < 0.15, burst_sizes)
     fraud_amount = people.spend[fraud_cust] * np.where(
         blends_in, rng.lognormal(0.0, 0.5, size=n_fraud), rng.lognormal(1.6, 0.6, size=n_fraud))
-    risky_merchants = np.flatnonzero(np.isin(people.merchant_category, vocab.risky_categories))
+    risky_categories = vocab.codes(vocab.risky_categories, vocab.categories)
+    risky_merchants = np.flatnonzero(np.isin(people.merchant_category, risky_categories))
     fraud_merchant = np.where(
         blends_in | (rng.random(n_fraud) < 0.2),
         rng.integers(0, people.n_merchants, size=n_fraud),
         rng.choice(risky_merchants, size=n_fraud) if risky_merchants.size else 0)
-    fraud_channel = np.where(blends_in, rng.choice(vocab.channels, size=n_fraud),
-                             rng.choice(vocab.channels, size=n_fraud, p=vocab.fraud_channel_p))
+    fraud_channel = np.where(blends_in, rng.choice(len(vocab.channels), size=n_fraud),
+                             rng.choice(len(vocab.channels), size=n_fraud, p=vocab.fraud_channel_p))
     stays_home = blends_in | (rng.random(n_fraud) < 0.35)
-    foreign = rng.choice(vocab.risky_countries or vocab.home_countries, size=n_fraud)
+    abroad = vocab.codes(vocab.risky_countries or vocab.home_countries, vocab.countries)
+    foreign = abroad[rng.choice(len(abroad), size=n_fraud)]
     fraud_country = np.where(stays_home, people.home[fraud_cust], foreign)
     fraud = pd.DataFrame({"customer_idx": fraud_cust, "merchant_idx": fraud_merchant, "t": fraud_t,
                           "amount": fraud_amount, "channel": fraud_channel, "country": fraud_country,
@@ -249,8 +351,9 @@ def _apply_scenario(frame: pd.DataFrame, scenario: Scenario, rng: np.random.Gene
         frame["amount"] = frame["amount"] * 1.6
     elif scenario == "online_shift":
         move = rng.random(len(frame)) < 0.4
-        frame.loc[move, "channel"] = "online"
+        frame.loc[move, "channel"] = vocab.channel_names.index("online")
     elif scenario == "new_countries":
         move = rng.random(len(frame)) < 0.25
-        frame.loc[move, "country"] = rng.choice(vocab.risky_countries, size=int(move.sum()))
+        risky = vocab.codes(vocab.risky_countries, vocab.countries)
+        frame.loc[move, "country"] = risky[rng.choice(len(risky), size=int(move.sum()))]
     return frame
