@@ -15,6 +15,8 @@ pyspark is the optional extra ``spark`` and needs Java 17 or newer.
 from __future__ import annotations
 
 import math
+import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -61,6 +63,9 @@ def spark_session() -> SparkSession:
     if active is not None:
         return active
     try:
+        # Python workers run this interpreter (pyspark would start `python3`, which may lack the project);
+        # spark-submit sets PYSPARK_PYTHON itself (from --conf spark.pyspark.python).
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         session = SparkSession.builder.appName("mlops").config("spark.ui.enabled", "false").getOrCreate()
     except PySparkRuntimeError as exc:  # no JVM: the launcher cannot start one
         raise ConfigError(f"Spark cannot start (it needs Java 17 or newer on PATH or JAVA_HOME): {exc}") from exc
@@ -128,6 +133,8 @@ def score_frame(frame: DataFrame, model_onnx: bytes) -> DataFrame:
 
 def load_onnx(model_onnx: bytes) -> OnnxModel:
     """The graph as the service loads it (same session options, same feed), from its bytes."""
+    from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument, InvalidGraph, InvalidProtobuf
+
     from mlops.inference import OnnxModel
 
     with tempfile.TemporaryDirectory(prefix="mlops-onnx-") as folder:
@@ -135,7 +142,7 @@ def load_onnx(model_onnx: bytes) -> OnnxModel:
         path.write_bytes(model_onnx)
         try:
             return OnnxModel(path)  # the session holds the graph: the file can go
-        except RuntimeError as exc:  # onnxruntime's load errors (InvalidProtobuf, Fail) derive from it
+        except (Fail, InvalidArgument, InvalidGraph, InvalidProtobuf) as exc:
             raise InputError(f"the model is not a loadable ONNX graph: {exc}") from exc
 
 
