@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
+from benchmarks.spark_backfill import seeded_model_onnx, with_hot_merchant
 from mlops.backfill.spark_engine import PROBABILITY, backfill_frame, backfill_spark, score_spark
 from mlops.backfill.spark_job import main as spark_job
 from mlops.contract import DataContract
@@ -50,13 +51,6 @@ def streams_frame(streams: list[list[tuple[str, str, timedelta, float]]]) -> pd.
              "event_timestamp": BASE + offset, "amount": amount}
             for s, events in enumerate(streams) for i, (c, m, offset, amount) in enumerate(events)]
     return pd.DataFrame(rows)
-
-
-def with_hot_merchant(frame: pd.DataFrame, share: float, seed: int) -> pd.DataFrame:
-    """``frame`` with ``share`` of its rows, drawn at random, moved to one merchant."""
-    hot = frame.copy()
-    hot.loc[np.random.default_rng(seed).random(len(hot)) < share, "merchant_id"] = "M_HOT"
-    return hot
 
 
 def max_feature_difference(got: pd.DataFrame, frame: pd.DataFrame, contract: DataContract) -> float:
@@ -117,18 +111,8 @@ def test_backfill_keeps_every_input_column_and_adds_float_features(
 @pytest.fixture(scope="module")
 def model_onnx(contract: DataContract, hot_features: Path, tmp_path_factory: pytest.TempPathFactory) -> bytes:
     """An exported (untrained, seeded) model whose scaler saw the hot-merchant features."""
-    import torch
-
-    from mlops.model import FraudMLP, encode, fit_vocabularies
-    from mlops.onnx_export import export_onnx
-
-    frame = pd.read_parquet(hot_features)
-    vocabs = fit_vocabularies(contract)
-    torch.manual_seed(0)
-    net = FraudMLP.for_contract(contract, vocabs)
-    net.fit_scaler(encode(frame, contract, vocabs)[0])
     path = tmp_path_factory.mktemp("spark-model") / "model.onnx"
-    return export_onnx(net.eval(), contract, vocabs, path, threshold=0.5, metadata={}).read_bytes()
+    return seeded_model_onnx(pd.read_parquet(hot_features), contract, path)
 
 
 def test_spark_scoring_equals_onnx_runtime_in_process(
