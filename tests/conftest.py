@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from infra.schemas import SchemaValidator
 
 # Traffic, reference profiles and registered versions for the monitoring tests; migrated MLflow stores.
-pytest_plugins = ["mlflow_stores", "monitoring_fixtures"]
+pytest_plugins = ["mlflow_stores", "monitoring_fixtures", "spark_fixtures"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

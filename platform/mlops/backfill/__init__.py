@@ -1,0 +1,1 @@
+"""Columnar feature backfills: every transaction's window and time features, computed in bulk."""

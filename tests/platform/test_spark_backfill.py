@@ -1,0 +1,179 @@
+"""The Spark backfill gives every row the features the per-event replay gives it; Spark scoring is ONNX Runtime's.
+
+Spark runs in local mode (one session for the whole test run). The reference is
+:func:`mlops.features.replay_features`, what the online store with write-through answers.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+
+from benchmarks.spark_backfill import seeded_model_onnx, with_hot_merchant
+from mlops.backfill.spark_engine import PROBABILITY, backfill_frame, backfill_spark, score_spark
+from mlops.backfill.spark_job import main as spark_job
+from mlops.contract import DataContract
+from mlops.data.generator import generate_transactions
+from mlops.errors import InputError
+from mlops.features import replay_features
+from mlops.inference import OnnxModel
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+BASE = datetime(2026, 3, 1, 22, 0, tzinfo=UTC)
+_MICRO = timedelta(microseconds=1)
+_EDGES = [timedelta(hours=1), timedelta(hours=24), timedelta(days=7), timedelta(days=30)]
+# Half-hour and whole-day steps make same-instant ties and land on every window's edge; the edges
+# one microsecond either side, and any microsecond of forty days (the time features), complete it.
+_OFFSETS = st.one_of(
+    st.integers(0, 48).map(lambda n: timedelta(minutes=30 * n)),
+    st.integers(0, 40).map(lambda n: timedelta(days=n)),
+    st.sampled_from([edge + step for edge in _EDGES for step in (-_MICRO, _MICRO)]),
+    st.integers(0, 40 * 86_400 * 10**6).map(lambda us: timedelta(microseconds=us)),
+)
+_EVENT = st.tuples(st.sampled_from(["c1", "c2", "c3"]), st.sampled_from(["m1", "m2"]), _OFFSETS,
+                   st.integers(1, 5_000_000).map(lambda cents: cents / 100))
+# Many independent streams per example (entities prefixed by the stream): one Spark job (seconds) checks them all.
+_STREAMS = st.lists(st.lists(_EVENT, min_size=1, max_size=20), min_size=10, max_size=40)
+
+
+def streams_frame(streams: list[list[tuple[str, str, timedelta, float]]]) -> pd.DataFrame:
+    rows = [{"transaction_id": f"S{s}T{i:03d}", "customer_id": f"S{s}{c}", "merchant_id": f"S{s}{m}",
+             "event_timestamp": BASE + offset, "amount": amount}
+            for s, events in enumerate(streams) for i, (c, m, offset, amount) in enumerate(events)]
+    return pd.DataFrame(rows)
+
+
+def max_feature_difference(got: pd.DataFrame, frame: pd.DataFrame, contract: DataContract) -> float:
+    """Largest absolute difference from the replay over every feature, rows matched by transaction id."""
+    assert sorted(got["transaction_id"]) == sorted(frame["transaction_id"])
+    expected = replay_features(frame, contract).set_index(frame["transaction_id"])
+    aligned = got.set_index("transaction_id").loc[expected.index, contract.feature_names]
+    return float(np.abs(aligned.to_numpy(dtype="float64") - expected.to_numpy(dtype="float64")).max())
+
+
+@hypothesis_settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(streams=_STREAMS)
+def test_spark_features_equal_the_replay_on_streams_with_ties_and_edges(
+    spark: SparkSession, contract: DataContract, streams: list[list[tuple[str, str, timedelta, float]]],
+) -> None:
+    frame = streams_frame(streams)
+    got = backfill_frame(spark.createDataFrame(frame), contract).toPandas()
+    assert max_feature_difference(got, frame, contract) <= 1e-9
+
+
+@pytest.fixture(scope="module")
+def hot_source(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, Path]:
+    """Generated transactions, 30 % of them at one merchant, as a Parquet file written by pandas."""
+    frame = with_hot_merchant(generate_transactions(2000, seed=11), share=0.3, seed=11)
+    path = tmp_path_factory.mktemp("spark-source") / "transactions.parquet"
+    frame.to_parquet(path, index=False)
+    return frame, path
+
+
+@pytest.fixture(scope="module")
+def hot_features(spark: SparkSession, contract: DataContract, hot_source: tuple[pd.DataFrame, Path],
+                 tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("spark-features") / "features"
+    backfill_spark(hot_source[1], out, contract)
+    return out
+
+
+def test_backfill_of_a_hot_merchant_file_equals_the_replay(
+    hot_source: tuple[pd.DataFrame, Path], hot_features: Path, contract: DataContract,
+) -> None:
+    frame, _ = hot_source
+    got = pd.read_parquet(hot_features)
+    assert max_feature_difference(got, frame, contract) <= 1e-9
+
+
+def test_backfill_keeps_every_input_column_and_adds_float_features(
+    hot_source: tuple[pd.DataFrame, Path], hot_features: Path, contract: DataContract,
+) -> None:
+    frame, _ = hot_source
+    got = pd.read_parquet(hot_features)
+    assert list(got.columns) == [*frame.columns, *contract.feature_names]
+    assert all(got[name].dtype == np.float64 for name in contract.feature_names)
+    got = got.set_index("transaction_id").loc[frame["transaction_id"]]
+    for column in frame.columns.drop("transaction_id"):  # pandas' nanosecond timestamps come back equal
+        assert got[column].tolist() == frame[column].tolist(), column
+
+
+@pytest.fixture(scope="module")
+def model_onnx(contract: DataContract, hot_features: Path, tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """An exported (untrained, seeded) model whose scaler saw the hot-merchant features."""
+    path = tmp_path_factory.mktemp("spark-model") / "model.onnx"
+    return seeded_model_onnx(pd.read_parquet(hot_features), contract, path)
+
+
+def test_spark_scoring_equals_onnx_runtime_in_process(
+    hot_features: Path, model_onnx: bytes, contract: DataContract, tmp_path: Path,
+) -> None:
+    score_spark(hot_features, model_onnx, tmp_path / "scored", contract)
+    scored = pd.read_parquet(tmp_path / "scored")
+    features = pd.read_parquet(hot_features)
+    model_path = tmp_path / "model.onnx"
+    model_path.write_bytes(model_onnx)
+    expected = pd.Series(OnnxModel(model_path).predict_proba(features), index=features["transaction_id"])
+    assert list(scored.columns) == [*features.columns, PROBABILITY]
+    assert scored[PROBABILITY].dtype == np.float64
+    got = scored.set_index("transaction_id")[PROBABILITY].loc[expected.index]
+    assert float((got - expected.astype("float64")).abs().max()) <= 1e-6
+    assert got.nunique() > 100  # the rows are scored one by one, not given one value
+
+
+def test_missing_column_is_an_input_error_naming_it(
+    spark: SparkSession, contract: DataContract, hot_source: tuple[pd.DataFrame, Path], tmp_path: Path,
+) -> None:
+    source = tmp_path / "no-amount.parquet"
+    hot_source[0].drop(columns="amount").to_parquet(source)
+    with pytest.raises(InputError, match="amount") as raised:
+        backfill_spark(source, tmp_path / "out", contract)
+    assert raised.value.field == "amount"
+    assert not (tmp_path / "out").exists()
+
+
+def test_output_over_the_input_is_refused_and_the_input_kept(
+    spark: SparkSession, contract: DataContract, hot_source: tuple[pd.DataFrame, Path],
+) -> None:
+    with pytest.raises(InputError, match="overlaps"):
+        backfill_spark(hot_source[1], hot_source[1], contract)
+    assert len(pd.read_parquet(hot_source[1])) == len(hot_source[0])
+
+
+def test_a_file_that_is_not_a_model_is_an_input_error(
+    spark: SparkSession, contract: DataContract, hot_features: Path, tmp_path: Path,
+) -> None:
+    with pytest.raises(InputError, match="not a loadable ONNX graph"):
+        score_spark(hot_features, b"not a graph", tmp_path / "scored", contract)
+
+
+def test_spark_job_reports_a_missing_source_in_one_line_with_exit_code_2(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert spark_job(["backfill", str(tmp_path / "absent.parquet"), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "absent.parquet does not exist" in err
+
+
+def test_spark_job_backfills_then_scores(
+    spark: SparkSession, hot_source: tuple[pd.DataFrame, Path], model_onnx: bytes, contract: DataContract,
+    tmp_path: Path,
+) -> None:
+    model = tmp_path / "model.onnx"
+    model.write_bytes(model_onnx)
+    assert spark_job(["backfill", str(hot_source[1]), str(tmp_path / "features")]) == 0
+    assert spark_job(["score", str(tmp_path / "features"), str(model), str(tmp_path / "scored")]) == 0
+    scored = pd.read_parquet(tmp_path / "scored")
+    assert max_feature_difference(scored, hot_source[0], contract) <= 1e-9
+    assert scored[PROBABILITY].between(0, 1).all()
