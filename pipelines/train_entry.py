@@ -20,15 +20,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
 import torch
 
 from mlops.contract import DataContract, load_contract
 from mlops.errors import InputError, MLOpsError
+from mlops.model import fit_vocabularies
 from mlops.settings import Settings
 from pipelines import distributed
 from pipelines.checkpoint import CheckpointStore, sigterm_requests_checkpoint
 from pipelines.steps.train import Checkpointing, EpochMetrics, TrainParams, TrainResult, train_model
+from pipelines.steps.train_data import read_split
 from pipelines.steps.trained_model import MODEL_FILE, save_trained
 
 log = logging.getLogger("pipelines.train_entry")  # not "__main__" under `python -m`
@@ -84,7 +85,9 @@ def run_training(paths: dict[str, Path], out_dir: Path, checkpoint_dir: str, *, 
     settings = settings or Settings()
     contract = load_contract(settings.contract_path)
     params = params or TrainParams.from_settings(settings)
-    frames = {name: pd.read_parquet(path) for name, path in paths.items()}
+    vocabs = fit_vocabularies(contract)
+    # Only the model's inputs and the label, columnar; the test split is the export step's.
+    arrays = {name: read_split(paths[name], contract, vocabs, name) for name in ("train", "validation")}
     data_sha256 = {name: file_sha256(path) for name, path in paths.items()}
     fingerprint = training_fingerprint(params, data_sha256, contract)
     rank = distributed.start(params.device)
@@ -98,7 +101,7 @@ def run_training(paths: dict[str, Path], out_dir: Path, checkpoint_dir: str, *, 
                          epoch.val_roc_auc)
 
         with sigterm_requests_checkpoint() as preemption:
-            result = train_model(frames["train"], frames["validation"], contract, params, rank=rank,
+            result = train_model(arrays["train"], arrays["validation"], contract, params, rank=rank,
                                  checkpointing=Checkpointing(store, fingerprint, settings.checkpoint_interval_s,
                                                              preemption),
                                  on_epoch=show)
@@ -118,7 +121,9 @@ def _write_outputs(out_dir: Path, result: TrainResult, params: TrainParams, fing
     save_trained(out_dir / MODEL_FILE, result.model, result.vocabs, result.threshold, params.hidden_sizes,
                  params.dropout)
     summary = {"fingerprint": fingerprint, "data_sha256": data_sha256, "best_epoch": result.best_epoch,
-               "epochs_run": len(result.history), "threshold": result.threshold, "device": result.device,
+               "epochs_run": len(result.history), "stop_reason": result.stop_reason,
+               "train_seconds": result.seconds, "rows_per_epoch": result.rows_per_epoch,
+               "threshold": result.threshold, "device": result.device,
                "precision": result.precision, "world_size": result.world_size, "params": params.model_dump()}
     (out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
     log.info("rank 0 wrote %s (best epoch %d, threshold %.4f)", out_dir / MODEL_FILE, result.best_epoch,

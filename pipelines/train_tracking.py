@@ -48,6 +48,9 @@ def log_training(run_id: str, params: TrainParams, result: TrainResult, *, finge
         "device_used": result.device,
         "precision_used": result.precision,
         "epochs_run": str(len(result.history)),
+        "stop_reason": result.stop_reason,
+        # Negative downsampling: each epoch's share of the negatives and the loss weight that undoes it.
+        "negative_loss_weight": str(1.0 / params.negative_sample_rate),
         "training_fingerprint": fingerprint,
         "train_git_commit": git_commit(),  # ingest records its own; the code may have moved since
         **{f"{name}_sha256": digest for name, digest in data_sha256.items()},
@@ -62,6 +65,8 @@ def log_training(run_id: str, params: TrainParams, result: TrainResult, *, finge
     summary = {
         **{f"best_{key}": float(getattr(best, key)) for key in EPOCH_KEYS},
         "best_epoch": float(result.best_epoch),
+        "train_seconds": result.seconds,
+        "train_rows_per_epoch": float(result.rows_per_epoch),
         "decision_threshold": result.threshold,
         "calibration_scale": scale,
         "calibration_bias": bias,

@@ -2,9 +2,11 @@
 
 The training set lives on the device and batches are index slices of it (no DataLoader: for
 in-memory tabular data its per-batch collation only costs time; benchmarks/ measures it). Each
-epoch's permutation comes from (seed, epoch), so a resumed run and every rank of a distributed run
-agree on it; each rank takes its own shard. Checkpoints carry model, optimiser, scheduler, RNG
-state and the position in the epoch, so a run stopped by SIGTERM resumes bit for bit on the CPU.
+epoch's rows and order come from (seed, epoch), so a resumed run and every rank of a distributed run
+agree on them; each rank takes its own shard. Optional negative downsampling draws a fresh share of
+the negatives each epoch and weights them up by its inverse. Training stops at max epochs, on early
+stopping, or when the wall-clock budget is spent. Checkpoints carry model, optimiser, scheduler,
+RNG state and the position in the epoch, so a run stopped by SIGTERM resumes bit for bit on the CPU.
 """
 
 from __future__ import annotations
@@ -21,17 +23,19 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 import torch
+import torch.nn.functional as F  # noqa: N812  (the name torch's own documentation uses)
 from pydantic import BaseModel, ConfigDict, Field
 from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score
 
 from mlops.contract import DataContract
 from mlops.errors import TrainingError
-from mlops.model import FraudMLP, encode, fit_vocabularies
+from mlops.model import FraudMLP, fit_vocabularies
 from mlops.settings import Settings
 from pipelines.checkpoint import CheckpointStore, PreemptionFlag, TrainingPreempted
 from pipelines.distributed import Rank, any_rank, pick_device, shard, sum_over_ranks
 from pipelines.steps.calibration import CalibrationReport, calibration_report, fit_platt
 from pipelines.steps.system_metrics import SystemMetrics, device_metrics
+from pipelines.steps.train_data import SplitArrays, epoch_rows, negative_weights, split_arrays, to_device
 from pipelines.steps.trained_model import TrainedModel
 
 log = logging.getLogger(__name__)
@@ -56,6 +60,9 @@ class TrainParams(BaseModel):
     weight_decay: float = Field(ge=0)
     precision: Literal["auto", "fp32", "bf16"]
     compile_model: bool
+    # Defaults here too: runs recorded before these settings existed still reproduce.
+    negative_sample_rate: float = Field(default=1.0, gt=0, le=1)
+    max_train_seconds: float | None = Field(default=None, gt=0)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TrainParams:
@@ -95,6 +102,9 @@ class _Progress:
     best_score: float = -1.0
     best_epoch: int = 0
     done: bool = False
+    stop_reason: str = ""  # max_epochs, early_stopping or time_budget once done
+    seconds: float = 0.0  # wall clock spent training so far, over every resumed segment
+    rows_per_epoch: int = 0  # the last epoch's, after negative downsampling, over all ranks
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -118,6 +128,9 @@ class TrainResult:
     world_size: int
     val_uncalibrated: CalibrationReport
     val_calibrated: CalibrationReport
+    stop_reason: str  # max_epochs, early_stopping or time_budget
+    seconds: float
+    rows_per_epoch: int
 
     @property
     def best(self) -> EpochMetrics:
@@ -140,33 +153,12 @@ class _Logits(torch.nn.Module):
         return self.model.logits(numeric, categorical)
 
 
-def _check_labels(labels: np.ndarray, split: str) -> None:
-    positives = int(labels.sum())
-    if positives == 0 or positives == len(labels):
-        only = "positive" if positives else "negative"
-        raise TrainingError(
-            f"{split} labels are all {only} ({len(labels)} rows): a classifier needs both classes"
-        )
-
-
 def best_f1_threshold(labels: np.ndarray, probs: np.ndarray) -> float:
     precision, recall, thresholds = precision_recall_curve(labels, probs)
     # The last precision/recall pair has no threshold (recall 0 by convention).
     p, r = precision[:-1], recall[:-1]
     f1 = np.divide(2 * p * r, p + r, out=np.zeros_like(p), where=(p + r) > 0)
     return float(thresholds[int(np.argmax(f1))])
-
-
-def _tensors(frame: pd.DataFrame, contract: DataContract, vocabs: dict[str, list[str]], device: torch.device,
-             split: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    numeric, categorical = encode(frame, contract, vocabs)
-    bad = [name for name, ok in zip(contract.numeric_inputs, np.isfinite(numeric).all(axis=0), strict=True)
-           if not ok]
-    if bad:  # NaN would silently poison the scaler and every gradient
-        raise TrainingError(f"{split} data has missing or non-finite values in {bad}")
-    labels = frame[contract.label_column].to_numpy(np.float32)
-    return (torch.as_tensor(numeric, device=device), torch.as_tensor(categorical, device=device),
-            torch.as_tensor(labels, device=device))
 
 
 @torch.no_grad()
@@ -182,19 +174,16 @@ def _use_bf16(precision: str, device: torch.device) -> bool:
     return precision == "auto" and device.type == "cuda" and torch.cuda.is_bf16_supported()
 
 
-def train_model(
-    train: pd.DataFrame,
-    val: pd.DataFrame,
-    contract: DataContract,
-    params: TrainParams,
-    *,
-    rank: Rank | None = None,
-    checkpointing: Checkpointing | None = None,
-    on_epoch: Callable[[EpochMetrics], None] | None = None,
-) -> TrainResult:
-    """Train with early stopping on validation PR-AUC, keep the best epoch, calibrate on validation."""
-    _check_labels(train[contract.label_column].to_numpy(), "train")
-    _check_labels(val[contract.label_column].to_numpy(), "validation")
+def train_model(train: SplitArrays | pd.DataFrame, val: SplitArrays | pd.DataFrame, contract: DataContract,
+                params: TrainParams, *, rank: Rank | None = None, checkpointing: Checkpointing | None = None,
+                on_epoch: Callable[[EpochMetrics], None] | None = None) -> TrainResult:
+    """Train with early stopping on validation PR-AUC, keep the best epoch, calibrate on validation.
+
+    The splits come as arrays (:func:`~pipelines.steps.train_data.read_split`) or as frames, encoded here.
+    """
+    vocabs = fit_vocabularies(contract)
+    train_arrays = split_arrays(train, contract, vocabs, "train")
+    val_arrays = split_arrays(val, contract, vocabs, "validation")
     rank = rank or Rank(rank=0, local_rank=0, world_size=1, device=pick_device(params.device))
     if rank.device.type == "cuda":  # cuBLAS needs this before its first call to be deterministic
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -202,28 +191,31 @@ def train_model(
     # CUDA has kernels without a deterministic twin; there a warning, on the CPU a hard guarantee.
     torch.use_deterministic_algorithms(True, warn_only=rank.device.type == "cuda")
     try:
-        return _Trainer(train, val, contract, params, rank, checkpointing).run(on_epoch)
+        return _Trainer(train_arrays, val_arrays, contract, vocabs, params, rank, checkpointing).run(on_epoch)
     finally:
         torch.use_deterministic_algorithms(was_deterministic)
 
 
 class _Trainer:
-    def __init__(self, train: pd.DataFrame, val: pd.DataFrame, contract: DataContract, params: TrainParams,
-                 rank: Rank, checkpointing: Checkpointing | None) -> None:
-        self.params, self.rank, self.ckpt = params, rank, checkpointing
+    def __init__(self, train: SplitArrays, val: SplitArrays, contract: DataContract, vocabs: dict[str, list[str]],
+                 params: TrainParams, rank: Rank, checkpointing: Checkpointing | None) -> None:
+        self.params, self.rank, self.ckpt, self.vocabs = params, rank, checkpointing, vocabs
         device = rank.device
         random.seed(params.seed)
         np.random.seed(params.seed)
         torch.manual_seed(params.seed)  # identical initial weights on every rank
-        self.vocabs = fit_vocabularies(contract)
-        self.x_num, self.x_cat, self.y = _tensors(train, contract, self.vocabs, device, "train")
-        self.v_num, self.v_cat, self.v_y = _tensors(val, contract, self.vocabs, device, "validation")
-        self.model = FraudMLP.for_contract(contract, self.vocabs, params.hidden_sizes, params.dropout).to(device)
-        self.model.fit_scaler(self.x_num.cpu().numpy())
-        positives = float(self.y.sum())
-        # Fraud is rare: weight positives by the negative/positive ratio so they are not ignored.
-        pos_weight = torch.tensor((len(self.y) - positives) / positives, device=device)
-        self.loss_fn = torch.nn.BCEWithLogitsLoss(pos_weight=pos_weight)
+        self.x_num, self.x_cat, self.y = (to_device(a, device) for a in (train.numeric, train.categorical,
+                                                                          train.labels))
+        self.v_num, self.v_cat, self.v_y = (to_device(a, device) for a in (val.numeric, val.categorical,
+                                                                            val.labels))
+        self.positive = torch.from_numpy(train.labels > 0.5)  # on the host: epoch_rows samples there
+        self.weights = negative_weights(self.y, params.negative_sample_rate)
+        self.model = FraudMLP.for_contract(contract, vocabs, params.hidden_sizes, params.dropout).to(device)
+        self.model.fit_scaler(train.numeric)
+        positives = float(train.labels.sum())
+        # Fraud is rare: weight positives by the negative/positive ratio (of the full data, which the
+        # downsampling weights restore) so they are not ignored.
+        self.pos_weight = torch.tensor((len(train) - positives) / positives, device=device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=params.learning_rate,
                                           weight_decay=params.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
@@ -240,6 +232,7 @@ class _Trainer:
         # Dropout noise differs per rank, like a larger batch would draw it.
         torch.manual_seed(params.seed + rank.rank)
         self.progress = _Progress()
+        self.clock = time.monotonic()
         self.best_state: dict[str, torch.Tensor] = {}
         self.per_rank_batch = math.ceil(params.batch_size / rank.world_size)
 
@@ -279,12 +272,30 @@ class _Trainer:
             torch.cuda.set_rng_state(payload["rng_cuda"], self.rank.device)
         log.info("resumed at epoch %d step %d", self.progress.epoch, self.progress.step_in_epoch)
 
+    def _my_rows(self, epoch: int) -> torch.Tensor:
+        order = epoch_rows(self.positive, self.params.negative_sample_rate, self.params.seed, epoch)
+        return shard(order, self.rank).to(self.rank.device, non_blocking=True)
+
+    def _loss(self, logits: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        weight = None if self.weights is None else self.weights[idx]
+        return F.binary_cross_entropy_with_logits(logits, self.y[idx], weight=weight, pos_weight=self.pos_weight)
+
+    def _tick(self) -> None:
+        """Add the wall clock since the last tick to the run's training time (kept in checkpoints)."""
+        now = time.monotonic()
+        self.progress.seconds += now - self.clock
+        self.clock = now
+
+    def _over_budget(self) -> bool:
+        self._tick()
+        budget = self.params.max_train_seconds
+        return budget is not None and self.progress.seconds >= budget
+
     def _train_epoch(self, epoch: int) -> SystemMetrics:
-        params, p = self.params, self.progress
+        p = self.progress
         self.model.train()
-        # The permutation depends on (seed, epoch) only: a resumed run and all ranks agree on it.
-        order = torch.randperm(len(self.y), generator=torch.Generator().manual_seed(params.seed + epoch))
-        mine = shard(order, self.rank).to(self.rank.device)
+        mine = self._my_rows(epoch)
+        p.rows_per_epoch = len(mine) * self.rank.world_size
         steps = math.ceil(len(mine) / self.per_rank_batch)
         running = torch.tensor(p.loss_sum, device=self.rank.device)
         started, first_step, last_save = time.perf_counter(), p.step_in_epoch, time.monotonic()
@@ -293,8 +304,8 @@ class _Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             with torch.autocast(self.rank.device.type, dtype=torch.bfloat16, enabled=self.bf16):
                 logits = self.net(self.x_num[idx], self.x_cat[idx])
-            loss = self.loss_fn(logits.float(), self.y[idx])
-            loss.backward()
+            loss = self._loss(logits.float(), idx)
+            torch.autograd.backward(loss)
             self.optimizer.step()
             running += loss.detach() * len(idx)
             p.step_in_epoch, p.global_step = step + 1, p.global_step + 1
@@ -303,28 +314,35 @@ class _Trainer:
             preempted = self.ckpt is not None and check and any_rank(self.ckpt.preemption.requested, self.rank)
             if preempted or (self.ckpt is not None and time.monotonic() - last_save > self.ckpt.interval_s):
                 p.loss_sum = float(running)
+                self._tick()
                 self._save()
                 last_save = time.monotonic()
             if preempted:
                 raise TrainingPreempted(f"SIGTERM: checkpointed at epoch {epoch} step {p.step_in_epoch}/{steps} "
                                         f"(global step {p.global_step}); rerun to resume")
+            # The budget ends the epoch here; it is validated like a full one. All ranks stop together.
+            if check and step + 1 < steps and any_rank(self._over_budget(), self.rank):
+                p.stop_reason = "time_budget"
+                break
         if self.rank.device.type == "cuda":
             torch.cuda.synchronize(self.rank.device)
         elapsed = time.perf_counter() - started
         p.loss_sum = float(running)
-        samples = (len(mine) - first_step * self.per_rank_batch) * self.rank.world_size
+        samples = min(len(mine), (p.step_in_epoch - first_step) * self.per_rank_batch) * self.rank.world_size
         return device_metrics(epoch, samples / elapsed if elapsed > 0 else 0.0, self.rank.device)
 
-    def _end_epoch(self, epoch: int, system: SystemMetrics) -> bool:
-        """Validate, keep the best weights, step the scheduler; True when training should stop."""
+    def _end_epoch(self, epoch: int, system: SystemMetrics) -> None:
+        """Validate, keep the best weights, step the scheduler, decide whether training stops."""
         p = self.progress
-        loss_sum, count = sum_over_ranks([p.loss_sum, float(len(shard(self.y, self.rank)))], self.rank)
+        trained_rows = min(p.rows_per_epoch // self.rank.world_size, p.step_in_epoch * self.per_rank_batch)
+        loss_sum, count = sum_over_ranks([p.loss_sum, float(trained_rows)], self.rank)
         val_logits = _logits(self.model, self.v_num, self.v_cat)
         if not torch.isfinite(val_logits).all():
             raise TrainingError(f"training diverged at epoch {epoch} (non-finite scores); lower the learning rate")
         val_labels, val_probs = self.v_y.cpu().numpy(), torch.sigmoid(val_logits).cpu().numpy()
         metrics = EpochMetrics(epoch=epoch, train_loss=loss_sum / count,
-                               val_loss=float(self.loss_fn(val_logits, self.v_y)),
+                               val_loss=float(F.binary_cross_entropy_with_logits(val_logits, self.v_y,
+                                                                                 pos_weight=self.pos_weight)),
                                val_pr_auc=float(average_precision_score(val_labels, val_probs)),
                                val_roc_auc=float(roc_auc_score(val_labels, val_probs)))
         p.history.append(metrics)
@@ -334,23 +352,29 @@ class _Trainer:
             self.best_state = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
         self.scheduler.step(metrics.val_pr_auc)
         p.epoch, p.step_in_epoch, p.loss_sum = epoch + 1, 0, 0.0
-        # Every rank holds the same weights and validation set, so all reach the same verdict.
-        p.done = epoch >= self.params.max_epochs or epoch - p.best_epoch >= self.params.patience
+        # Every rank holds the same weights and validation set, so all reach the same verdict; the
+        # budget's verdict is rank 0's clock, shared, so no rank runs an epoch the others skip.
+        if not p.stop_reason and any_rank(self._over_budget(), self.rank):
+            p.stop_reason = "time_budget"
+        if not p.stop_reason and epoch >= self.params.max_epochs:
+            p.stop_reason = "max_epochs"
+        if not p.stop_reason and epoch - p.best_epoch >= self.params.patience:
+            p.stop_reason = "early_stopping"
+        p.done = bool(p.stop_reason)
         self._save()
-        return p.done
 
     def run(self, on_epoch: Callable[[EpochMetrics], None] | None) -> TrainResult:
         self._resume()
         p = self.progress
+        self.clock = time.monotonic()
         while not p.done:
             epoch = p.epoch
-            system = self._train_epoch(epoch)
-            stop = self._end_epoch(epoch, system)
+            self._end_epoch(epoch, self._train_epoch(epoch))
             if on_epoch is not None:
                 on_epoch(p.history[-1])
-            if stop and epoch < self.params.max_epochs:
-                log.info("early stop at epoch %d; best epoch %d (val PR-AUC %.4f)", epoch, p.best_epoch,
-                         p.best_score)
+        if p.stop_reason != "max_epochs":
+            log.info("%s at epoch %d after %.0f s; best epoch %d (val PR-AUC %.4f)",
+                     p.stop_reason.replace("_", " "), len(p.history), p.seconds, p.best_epoch, p.best_score)
         return self._finish()
 
     def _finish(self) -> TrainResult:
@@ -369,4 +393,6 @@ class _Trainer:
                            best_epoch=p.best_epoch, threshold=threshold, device=self.rank.device.type,
                            precision="bf16" if self.bf16 else "fp32", world_size=self.rank.world_size,
                            val_uncalibrated=calibration_report(labels, uncalibrated),
-                           val_calibrated=calibration_report(labels, calibrated))
+                           val_calibrated=calibration_report(labels, calibrated),
+                           stop_reason=p.stop_reason,
+                           seconds=p.seconds, rows_per_epoch=p.rows_per_epoch)

@@ -16,6 +16,7 @@ from mlops.contract import DataContract
 
 UNKNOWN_INDEX = 0
 _STD_FLOOR = 1e-6
+_SCALER_CHUNK_ROWS = 1 << 18
 
 
 def fit_vocabularies(contract: DataContract) -> dict[str, list[str]]:
@@ -94,10 +95,22 @@ class FraudMLP(nn.Module):
 
     @torch.no_grad()
     def fit_scaler(self, numeric: np.ndarray) -> None:
-        """Fit the standardization buffers on training inputs (after log1p)."""
-        transformed = self._transform(torch.as_tensor(numeric, dtype=torch.float32, device=self.mean.device))
-        self.mean.copy_(transformed.mean(dim=0))
-        self.std.copy_(transformed.std(dim=0, unbiased=False).clamp(min=_STD_FLOOR))
+        """Fit the standardization buffers on training inputs (after log1p).
+
+        Two passes over chunks in float64 (the mean, then the squared deviations from it): memory stays
+        a chunk's whatever the training set's size, and no variance is lost to cancellation.
+        """
+        chunks = [slice(start, start + _SCALER_CHUNK_ROWS) for start in range(0, len(numeric), _SCALER_CHUNK_ROWS)]
+        device = self.mean.device
+
+        def transformed(rows: slice) -> torch.Tensor:
+            return self._transform(torch.as_tensor(numeric[rows], dtype=torch.float32, device=device)).double()
+
+        zeros = torch.zeros(len(self.mean), dtype=torch.float64, device=device)
+        mean = sum((transformed(rows).sum(dim=0) for rows in chunks), zeros) / len(numeric)
+        squares = sum((((transformed(rows) - mean) ** 2).sum(dim=0) for rows in chunks), zeros)
+        self.mean.copy_(mean.float())
+        self.std.copy_((squares / len(numeric)).sqrt().float().clamp(min=_STD_FLOOR))
 
     def logits(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
         """Raw score [N]; training uses this with BCEWithLogitsLoss for numerical stability."""

@@ -69,6 +69,10 @@ class Settings(BaseSettings):
         default="auto", description="auto = bf16 autocast on GPUs that support it, fp32 elsewhere."
     )
     compile_model: bool = Field(default=False, description="torch.compile the training module.")
+    negative_sample_rate: float = Field(default=1.0, gt=0, le=1, description="Share of negatives each "
+                                        "training epoch draws (weighted by its inverse); 1 = all.")
+    max_train_seconds: float | None = Field(default=None, gt=0, description="Wall-clock budget of training "
+                                            "beside max_epochs; the best epoch so far is kept.")
     checkpoint_dir: str | None = Field(
         default=None, description="Local path or fsspec URL for training checkpoints; default under home."
     )

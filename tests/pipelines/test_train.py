@@ -67,8 +67,9 @@ def test_params_come_from_settings() -> None:
         TrainParams.model_validate({"seed": 1, "epochs": 3})
 
 
-def test_history_early_stopping_and_callback(trained: tuple[TrainResult, list[EpochMetrics]]) -> None:
+def test_history_early_stopping_and_callback(trained: tuple[TrainResult, list[EpochMetrics]], splits: Splits) -> None:
     result, seen = trained
+    assert result.rows_per_epoch == len(splits[0])  # no downsampling by default
     assert seen == result.history
     assert [m.epoch for m in result.history] == list(range(1, len(result.history) + 1))
     pr_aucs = [m.val_pr_auc for m in result.history]
@@ -76,6 +77,8 @@ def test_history_early_stopping_and_callback(trained: tuple[TrainResult, list[Ep
     assert result.best.val_pr_auc == max(pr_aucs)
     stopped_early = len(result.history) < PARAMS.max_epochs
     assert not stopped_early or len(result.history) - result.best_epoch == PARAMS.patience
+    assert result.stop_reason == ("early_stopping" if stopped_early else "max_epochs")
+    assert result.seconds > 0
     assert result.device == "cpu"
     assert not result.model.training
     assert result.precision == "fp32"
@@ -184,6 +187,10 @@ def test_log_training_records_inputs_and_model(
     assert run.data.params["training_fingerprint"] == "f" * 64
     assert run.data.params["version_torch"]
     assert run.data.params["deterministic_algorithms"] == "true"
+    assert run.data.params["stop_reason"] == result.stop_reason
+    assert run.data.params["train.negative_sample_rate"] == "1.0"
+    assert run.data.params["negative_loss_weight"] == "1.0"
+    assert run.data.metrics["train_rows_per_epoch"] == result.rows_per_epoch
     history = client.get_metric_history(run_id, "val_pr_auc")
     assert [m.step for m in history] == [m.epoch for m in result.history]
     assert len(client.get_metric_history(run_id, "system/train_samples_per_s")) == len(result.history)
@@ -220,3 +227,31 @@ def test_architecture_comes_from_settings(splits: Splits, contract: DataContract
     result = train_model(splits[0], splits[1], contract, params)
     linears = [m for m in result.model.mlp if hasattr(m, "out_features")]
     assert [m.out_features for m in linears] == [16, 1]
+
+
+@pytest.fixture(scope="module")
+def downsampled(splits: Splits, contract: DataContract) -> TrainResult:
+    params = PARAMS.model_copy(update={"negative_sample_rate": 0.25, "max_epochs": 6, "patience": 6})
+    return train_model(splits[0], splits[1], contract, params)
+
+
+def test_negative_downsampling_trains_on_every_fraud_and_a_share_of_the_rest(
+    downsampled: TrainResult, splits: Splits, contract: DataContract
+) -> None:
+    labels = splits[0][contract.label_column]
+    positives, negatives = int(labels.sum()), int((labels == 0).sum())
+    sampled = downsampled.rows_per_epoch - positives
+    assert abs(sampled - 0.25 * negatives) <= 5 * (negatives * 0.25 * 0.75) ** 0.5
+    val = splits[1]
+    assert roc_auc_score(val[contract.label_column], _scores(downsampled, val, contract)) > 0.8
+    assert downsampled.val_calibrated.ece < downsampled.val_uncalibrated.ece
+
+
+def test_time_budget_stops_training_and_keeps_a_calibrated_model(splits: Splits, contract: DataContract) -> None:
+    params = PARAMS.model_copy(update={"max_epochs": 500, "patience": 500, "max_train_seconds": 0.05})
+    result = train_model(splits[0], splits[1], contract, params)
+    assert result.stop_reason == "time_budget"
+    assert len(result.history) < 500
+    assert result.seconds >= 0.05
+    assert result.best_epoch in range(1, len(result.history) + 1)
+    assert result.val_calibrated.ece < result.val_uncalibrated.ece
