@@ -187,6 +187,7 @@ def promote(settings: Settings, version: str, *, expected: str | object | None =
         change = AliasChange(alias=alias, from_version=current, to_version=version, actor=actor, reason=reason,
                              at=datetime.now(UTC))
         mlflow_client.set_registered_model_tag(settings.model_name, change.tag_key, change.model_dump_json())
+        _describe_history(settings)
     except MlflowException as exc:
         if _missing(exc):
             raise NotFoundError(f"model {settings.model_name} version {version} not found") from exc
@@ -204,14 +205,32 @@ def history(settings: Settings, alias: str | None = None) -> list[AliasChange]:
     return sorted((c for c in changes if alias is None or c.alias == alias), key=lambda c: c.at)
 
 
-def rollback(settings: Settings, *, actor: str, reason: str) -> AliasChange:
-    """Move the serving alias back to the version it held before its last move; the new audit record."""
-    alias = settings.serving_alias
+def _describe_history(settings: Settings) -> None:
+    """The registered model's description (the first thing its page in the MLflow UI shows) as the
+    audit history in a Markdown table, newest move first; the tags stay the record it is made from."""
+    lines = [f"### Alias moves of {settings.model_name}", "",
+             "| when (UTC) | alias | from | to | who | why |", "|---|---|---|---|---|---|"]
+    for c in reversed(history(settings)):
+        why = c.reason.replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| {c.at.astimezone(UTC):%Y-%m-%d %H:%M:%S} | {c.alias} | {c.from_version or 'none'} | "
+                     f"{c.to_version} | {c.actor} | {why} |")
+    client(settings).update_registered_model(settings.model_name, description="\n".join(lines))
+
+
+def describe_version(settings: Settings, version: str, description: str) -> None:
+    """Set a version's description (Markdown, shown on its page in the MLflow UI)."""
+    client(settings).update_model_version(settings.model_name, version, description=description)
+
+
+def rollback(settings: Settings, *, actor: str, reason: str, alias: str | None = None) -> AliasChange:
+    """Move ``alias`` (default: serving) back to the version it held before its last move; the new audit record."""
+    alias = alias or settings.serving_alias
     moves = history(settings, alias)
     last = moves[-1] if moves else None
     if last is None or last.from_version is None:
         raise PromotionConflictError(f"alias {alias!r} has no earlier version to roll back to")
-    promote(settings, last.from_version, expected=last.to_version, actor=actor, reason=reason or "rollback")
+    promote(settings, last.from_version, expected=last.to_version, alias=alias, actor=actor,
+            reason=reason or "rollback")
     return history(settings, alias)[-1]
 
 
