@@ -40,9 +40,9 @@ def fail(exc: MLOpsError, *, see: Path | None = None) -> NoReturn:
     raise typer.Exit(exc.exit_code)
 
 
-def hint(message: str) -> None:
+def hint(message: str, *, to: Console | None = None) -> None:
     """What to do next, printed where a command found nothing to show."""
-    console.print(f"[dim]hint:[/] {message}", highlight=False)
+    (to or console).print(f"[dim]hint:[/] {message}", highlight=False)
 
 
 def since_start(since: str | None, option: str = "--since") -> datetime | None:

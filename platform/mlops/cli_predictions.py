@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from mlops.cli_output import console, error_exit, hint, load_settings, since_start
+from mlops.cli_output import console, err_console, error_exit, hint, load_settings, since_start
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -49,10 +49,13 @@ def show_command(
     if frame.empty:
         window = f" in the last {since}" if since else ""
         of_version = f" by version {version}" if version else ""
-        console.print(f"no predictions logged{window}{of_version} under {log_dir(settings)}", highlight=False)
+        # csv and json stay parseable (a header, an empty list); the note goes to stderr then.
+        say = console if output == "table" else err_console
+        say.print(f"no predictions logged{window}{of_version} under {log_dir(settings)}", highlight=False)
         hint("send some: `make demo` replays the test split through the service, or `make serve` and POST "
-             "transactions to /predict")
-        return
+             "transactions to /predict", to=say)
+        if output == "table":
+            return
     if output == "csv":
         frame.to_csv(sys.stdout, index=False)
     elif output == "json":
