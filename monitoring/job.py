@@ -101,7 +101,9 @@ def run_drift(settings: Settings, spec: WindowSpec, *, limits: DriftThresholds |
     contract = load_contract(settings.contract_path)
     window = read_window(log_dir(settings), spec)
     if window.empty:
-        raise EmptyWindowError(f"no predictions logged in {spec.describe()} ({log_dir(settings)})")
+        raise EmptyWindowError(f"no predictions logged in {spec.describe()} ({log_dir(settings)}); "
+                               "send some: `make demo` replays the test split, or `make serve` and POST "
+                               "transactions to /predict")
     judged = judge(settings, window, limits)
     reports = [report for report, _ in judged]
     level = max_level([r.level for r in reports])

@@ -1,5 +1,6 @@
-"""`make demo`: generate data, run the pipeline, start the service, send sample transactions from
-the test split, print the answers and the served version, stop the service, say what is next."""
+"""`make demo`: generate data, run the pipeline, start the service, replay the test split through it,
+print sample answers (caught frauds, a missed one, a false alarm) with the threshold and the whole
+split's catch rate, stop the service, say what is next (with the ports really in use)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from datetime import datetime
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
@@ -22,11 +22,12 @@ from mlops.data.generator import generate_transactions
 from mlops.errors import MLOpsError
 from mlops.online_features import materialize_online
 from mlops.settings import Settings
+from pipelines.demo_replay import pick_samples, replay, summary_line, with_outcomes
 from pipelines.runner import new_run_name, run_log_path, run_pipeline, settings_env
 from pipelines.steps.preprocess import time_split
 
-SAMPLES_PER_CLASS = 4
 STARTUP_TIMEOUT_S = 120.0
+MLFLOW_UI_PORT = 5000  # mlflow ui's own default
 
 
 def free_port(host: str) -> int:
@@ -36,12 +37,9 @@ def free_port(host: str) -> int:
         return port
 
 
-def sample_requests(frame: pd.DataFrame, contract: DataContract, per_class: int) -> pd.DataFrame:
-    """A few fraud and legit transactions from the test split, in time order."""
-    test = time_split(frame, contract)["test"]
-    label = contract.label_column
-    picked = pd.concat([test[test[label] == 1].head(per_class), test[test[label] == 0].head(per_class)])
-    return picked.sort_values(contract.timestamp_column)
+def demo_port(settings: Settings) -> int:
+    """MLOPS_PORT when it is set; otherwise a free port (the default 8000 may be taken)."""
+    return settings.port if "port" in settings.model_fields_set else free_port(settings.host)
 
 
 def replay_start(frame: pd.DataFrame, contract: DataContract) -> datetime:
@@ -49,16 +47,6 @@ def replay_start(frame: pd.DataFrame, contract: DataContract) -> datetime:
     first = pd.Timestamp(time_split(frame, contract)["test"][contract.timestamp_column].min())
     moment: datetime = (first - pd.Timedelta(microseconds=1)).to_pydatetime()
     return moment
-
-
-def request_body(row: pd.Series, contract: DataContract) -> dict[str, object]:
-    """The JSON body of a /predict request for one raw transaction row."""
-    body: dict[str, object] = {}
-    for field in contract.request_fields:
-        value = row[field]
-        body[field] = value.item() if isinstance(value, np.generic) else value
-    body[contract.timestamp_column] = pd.Timestamp(row[contract.timestamp_column]).isoformat()
-    return body
 
 
 def start_service(settings: Settings, port: int, log_path: Path) -> subprocess.Popen[bytes]:
@@ -109,7 +97,7 @@ def run_demo(settings: Settings, rows: int, console: Console) -> None:
         written = materialize_online(settings, contract, as_of)
     console.print(f"[3/4] online store materialized as of {as_of.isoformat()} "
                   f"({', '.join(f'{n}: {c:,}' for n, c in written.items())})")
-    port = free_port(settings.host)
+    port = demo_port(settings)
     base_url = f"http://{settings.host}:{port}"
     log_path = demo_dir / "serving.log"
     process = start_service(settings, port, log_path)
@@ -118,23 +106,39 @@ def run_demo(settings: Settings, rows: int, console: Console) -> None:
             health = wait_ready(base_url, process, log_path)
         console.print(f"[4/4] service ready at {base_url}, serving {health.get('model_name')} "
                       f"version {health.get('model_version')}")
-        table = Table("transaction", "amount", "category", "channel", "country", "actual", "probability",
-                      "decision", "model version", title="predictions for test-split transactions")
-        with httpx.Client(base_url=base_url, timeout=10) as http:
-            for _, row in sample_requests(frame, contract, SAMPLES_PER_CLASS).iterrows():
-                answer = http.post("/predict", json=request_body(row, contract))
-                answer.raise_for_status()
-                body = answer.json()
-                table.add_row(str(row[contract.id_column]), f"{row['amount']:.2f}", str(row["merchant_category"]),
-                              str(row["channel"]), str(row["country"]),
-                              "fraud" if row[contract.label_column] else "legit",
-                              f"{body['probability']:.4f}", str(body["decision"]), str(body["model_version"]))
-        console.print(table)
+        test = time_split(frame, contract)["test"]
+        with console.status(f"[4/4] replaying the test split ({len(test):,} transactions) through the service"), \
+                httpx.Client(base_url=base_url, timeout=60) as http:
+            answered = with_outcomes(replay(http, test, contract), contract)
+        print_answers(console, answered, contract)
     finally:
         process.terminate()
         process.wait(timeout=30)
     console.print(f"service stopped. Demo took {time.monotonic() - started:.0f} s.")
+    print_next_steps(console, settings)
+
+
+def print_answers(console: Console, answered: pd.DataFrame, contract: DataContract) -> None:
+    """The sample table (threshold in its title), then the whole split's catch rate and false alarms."""
+    threshold = float(answered["threshold"].iloc[0])
+    table = Table("transaction", "amount", "category", "channel", "country", "actual", "probability",
+                  "decision", "outcome", "model version",
+                  title=f"sample answers from the test split: fraud when probability >= threshold {threshold:.3f}")
+    for _, row in pick_samples(answered, contract).iterrows():
+        table.add_row(str(row[contract.id_column]), f"{row['amount']:.2f}", str(row["merchant_category"]),
+                      str(row["channel"]), str(row["country"]), "fraud" if row[contract.label_column] else "legit",
+                      f"{row['probability']:.4f}", str(row["decision"]), str(row["outcome"]), str(row["model_version"]))
+    console.print(table)
+    console.print(summary_line(answered), highlight=False)
+
+
+def print_next_steps(console: Console, settings: Settings) -> None:
+    """What to run next; the ports are the ones these commands will use with the current settings."""
+    serving = f"http://{settings.host}:{settings.port}"
     console.print("Next:")
-    console.print(f"  MLflow UI:     .venv/bin/mlflow ui --backend-store-uri {settings.resolved_tracking_uri}")
-    console.print("  keep serving:  make serve   (then POST to http://127.0.0.1:8000/predict)")
-    console.print("  registry:      .venv/bin/mlops model list")
+    console.print(f"  MLflow UI:     .venv/bin/mlflow ui --port {MLFLOW_UI_PORT} --backend-store-uri "
+                  f"{settings.resolved_tracking_uri}   (then open http://127.0.0.1:{MLFLOW_UI_PORT})", highlight=False)
+    console.print(f"  keep serving:  make serve   (then POST to {serving}/predict; MLOPS_PORT changes the port)",
+                  highlight=False)
+    console.print("  what it served: .venv/bin/mlops predictions show --since 1h", highlight=False)
+    console.print("  registry:      .venv/bin/mlops model list", highlight=False)

@@ -168,6 +168,7 @@ def evaluation_metrics(report: EvaluationReport) -> dict[str, float]:
 def evaluate_task(train: Path, test: Path, model_dir: Path, model_uri: str, run_id: str,
                   eval_dir: Path) -> tuple[str, str]:
     """Score candidate and production, register the candidate with the decision; returns (decision, version)."""
+    from pipelines.model_card import render_model_card
     from pipelines.steps.deploy import promotion_tags
     from pipelines.steps.evaluate import QualityGates, evaluate
 
@@ -192,6 +193,8 @@ def evaluate_task(train: Path, test: Path, model_dir: Path, model_uri: str, run_
         mlflow.log_dict(build_profile(frame, contract, candidate.predict_proba(frame)).model_dump(), PROFILE_ARTIFACT)
         mlflow.log_artifacts(str(eval_dir), "evaluation")
         version = registry.register_version(settings, model_uri, run_id, promotion_tags(report))
+        registry.describe_version(settings, version, render_model_card(report, model_name=settings.model_name,
+                                                                       version=version, run=mlflow.get_run(run_id)))
         mlflow.set_tags({"decision": report.decision, "decision_reason": report.reason[:4000],
                          "registered_version": version})
     log.info("registered %s v%s: %s (%s)", settings.model_name, version, report.decision, report.reason)

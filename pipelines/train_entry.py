@@ -28,13 +28,13 @@ from mlops.model import fit_vocabularies
 from mlops.settings import Settings
 from pipelines import distributed
 from pipelines.checkpoint import CheckpointStore, sigterm_requests_checkpoint
+from pipelines.splits import split_paths
 from pipelines.steps.train import Checkpointing, EpochMetrics, TrainParams, TrainResult, train_model
 from pipelines.steps.train_data import read_split
 from pipelines.steps.trained_model import MODEL_FILE, save_trained
 
 log = logging.getLogger("pipelines.train_entry")  # not "__main__" under `python -m`
 SUMMARY_FILE = "training.json"
-SPLITS = ("train", "validation", "test")  # the file names preprocess writes
 
 
 @dataclass(frozen=True)
@@ -43,15 +43,6 @@ class TrainOutcome:
     fingerprint: str
     data_sha256: dict[str, str]
     is_main: bool
-
-
-def split_paths(data_dir: Path) -> dict[str, Path]:
-    """The three split files of ``data_dir``; a missing one is bad input, named."""
-    paths = {name: Path(data_dir) / f"{name}.parquet" for name in SPLITS}
-    missing = [str(p) for p in paths.values() if not p.is_file()]
-    if missing:
-        raise InputError(f"--data-dir {data_dir} lacks split files: {', '.join(missing)}")
-    return paths
 
 
 def file_sha256(path: Path) -> str:
@@ -108,9 +99,11 @@ def run_training(paths: dict[str, Path], out_dir: Path, checkpoint_dir: str, *, 
         if rank.is_main:
             _write_outputs(out_dir, result, params, fingerprint, data_sha256)
             if run_id:
+                from pipelines.lineage import log_split_datasets
                 from pipelines.train_tracking import log_training
 
                 log_training(run_id, params, result, fingerprint=fingerprint, data=paths, data_sha256=data_sha256)
+                log_split_datasets(run_id, paths, data_sha256, contract)
     finally:
         distributed.stop(rank)
     return TrainOutcome(result=result, fingerprint=fingerprint, data_sha256=data_sha256, is_main=rank.is_main)

@@ -84,6 +84,7 @@ def log_training(run_id: str, params: TrainParams, result: TrainResult, *, finge
         folder = Path(tmp)
         for name, report in (("uncalibrated", result.val_uncalibrated), ("calibrated", result.val_calibrated)):
             (folder / f"val_reliability_{name}.json").write_text(report.model_dump_json(indent=2))
-            plot_reliability(report, folder / f"val_reliability_{name}.png", f"Validation, {name}")
+            plot_reliability(report, folder / f"val_reliability_{name}.png", f"Validation, {name}",
+                             threshold=result.threshold if name == "calibrated" else None)
         client.log_artifacts(run_id, str(folder), "calibration")
     client.set_tag(run_id, "training_fingerprint", fingerprint)

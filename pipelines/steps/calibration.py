@@ -88,8 +88,9 @@ def calibration_report(labels: np.ndarray, proba: np.ndarray, bins: int = _BINS)
     return CalibrationReport(brier=brier, ece=float(ece), bins=rows)
 
 
-def plot_reliability(report: CalibrationReport, path: Path, title: str) -> None:
-    """Reliability diagram (mean predicted vs observed fraud rate per bin) as a PNG."""
+def plot_reliability(report: CalibrationReport, path: Path, title: str, *, threshold: float | None = None) -> None:
+    """Reliability diagram (mean predicted vs observed fraud rate per bin) as a PNG; ``threshold``, when
+    given, is drawn where the model's decision flips."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -99,6 +100,8 @@ def plot_reliability(report: CalibrationReport, path: Path, title: str) -> None:
     ax.plot([0, 1], [0, 1], color="grey", linestyle=":", label="perfect calibration")
     ax.plot([b.mean_predicted for b in report.bins], [b.observed_rate for b in report.bins], marker="o",
             label=f"model (ECE {report.ece:.4f}, Brier {report.brier:.4f})")
+    if threshold is not None:
+        ax.axvline(threshold, color="black", linestyle="--", label=f"operating threshold {threshold:.3f}")
     ax.set(xlabel="mean predicted probability", ylabel="observed fraud rate", title=title, xlim=(0, 1),
            ylim=(0, 1))
     ax.legend(loc="upper left")

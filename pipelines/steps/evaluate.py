@@ -115,9 +115,11 @@ def evaluate(test: pd.DataFrame, contract: DataContract, candidate: OnnxModel,
     decision, reason = apply_gates(decision, reason, blockers + behaviour.failures)
     calibration = calibration_report(labels, proba)
     out_dir.mkdir(parents=True, exist_ok=True)
-    _plot_pr_curves(labels, proba, prod_proba, production_version, out_dir / "pr_curve.png")
-    _plot_confusion(labels, (proba >= candidate.threshold).astype(int), out_dir / "confusion_matrix.png")
-    plot_reliability(calibration, out_dir / "reliability_curve.png", "Served probability, test split")
+    _plot_pr_curves(labels, proba, prod_proba, production_version, out_dir / "pr_curve.png", cand_metrics)
+    _plot_confusion(labels, (proba >= candidate.threshold).astype(int), out_dir / "confusion_matrix.png",
+                    candidate.threshold)
+    plot_reliability(calibration, out_dir / "reliability_curve.png", "Served probability, test split",
+                     threshold=candidate.threshold)
     _write_curves(labels, proba, calibration, out_dir)
     return EvaluationReport(candidate=cand_metrics, production=prod_metrics,
                             production_version=production_version, margin=margin,
@@ -136,13 +138,15 @@ def _pyplot() -> Any:
 
 
 def _plot_pr_curves(labels: np.ndarray, proba: np.ndarray, prod_proba: np.ndarray | None,
-                    prod_version: str | None, path: Path) -> None:
+                    prod_version: str | None, path: Path, operating: Metrics) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4.5))
     curves = [("candidate", proba)] + ([(f"production v{prod_version}", prod_proba)] if prod_proba is not None else [])
     for label, scores in curves:
         precision, recall, _ = precision_recall_curve(labels, scores)
         ax.plot(recall, precision, label=f"{label} (AP={average_precision_score(labels, scores):.3f})")
+    ax.plot([operating.recall], [operating.precision], marker="o", markersize=9, color="black", linestyle="none",
+            label=f"operating point (threshold {operating.threshold:.3f})")
     ax.axhline(labels.mean(), color="grey", linestyle=":", label="chance")
     ax.set(xlabel="recall", ylabel="precision", title="Precision-recall on the test split",
            xlim=(0, 1), ylim=(0, 1.02))
@@ -159,7 +163,7 @@ def _write_curves(labels: np.ndarray, proba: np.ndarray, calibration: Calibratio
     pd.DataFrame([b.model_dump() for b in calibration.bins]).to_csv(out_dir / "reliability.csv", index=False)
 
 
-def _plot_confusion(labels: np.ndarray, predicted: np.ndarray, path: Path) -> None:
+def _plot_confusion(labels: np.ndarray, predicted: np.ndarray, path: Path, threshold: float) -> None:
     plt = _pyplot()
     matrix = confusion_matrix(labels, predicted, labels=[0, 1])
     fig, ax = plt.subplots(figsize=(4.5, 4))
@@ -168,7 +172,7 @@ def _plot_confusion(labels: np.ndarray, predicted: np.ndarray, path: Path) -> No
         colour = "white" if count > matrix.max() / 2 else "black"
         ax.text(col, row, str(count), ha="center", va="center", color=colour)
     ax.set(xticks=[0, 1], yticks=[0, 1], xticklabels=["legit", "fraud"], yticklabels=["legit", "fraud"],
-           xlabel="predicted", ylabel="actual", title="Confusion matrix (test split)")
+           xlabel="predicted", ylabel="actual", title=f"Test split at threshold {threshold:.3f}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

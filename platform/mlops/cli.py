@@ -1,6 +1,11 @@
 """The ``mlops`` command line. Commands name pipelines/ and serving/ lazily (inside functions),
 so the core never imports them at import time. Errors print one line and exit non-zero:
-2 for bad input (including data that breaks its contract), 1 for everything else."""
+2 for bad input (including data that breaks its contract), 1 for everything else.
+
+Answering at once: this module imports only typer, rich's console and mlops.errors. A command
+checks its arguments and files first, then loads settings, then imports what does the work
+(pandas, MLflow, kfp, torch ...) inside its function, so a mistake is answered in about a second.
+"""
 
 from __future__ import annotations
 
@@ -9,18 +14,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
 from mlops.cli_model_export import export_command
-from mlops.cli_output import console
+from mlops.cli_output import console, hint, since_start
 from mlops.cli_output import error_exit as _error_exit
 from mlops.cli_output import fail as _fail
 from mlops.cli_output import load_settings as _settings
+from mlops.cli_predictions import predictions_app
 from mlops.errors import MLOpsError
-from mlops.settings import Settings
 from mlops.step_cli import step_app
 
 if TYPE_CHECKING:
+    from mlops.settings import Settings
     from monitoring.window import WindowSpec
 
 # `mlops pipeline run --runner` (pipelines.runner.Runner), checked before pipelines/ and kfp are imported.
@@ -42,6 +47,23 @@ app.add_typer(drift_app, name="drift")
 app.add_typer(labels_app, name="labels")
 app.add_typer(step_app, name="step")
 model_app.command("export")(export_command)
+app.add_typer(predictions_app, name="predictions")
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        console.print(f"mlops {version('mlops-platform')}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """MLOps platform: data -> validated features -> model -> registry -> endpoint."""
 
 
 @data_app.command("generate")
@@ -53,13 +75,13 @@ def generate(
     fraud_rate: Annotated[float, typer.Option(min=0.001, max=0.2, help="Share of fraud.")] = 0.015,
 ) -> None:
     """Write seeded synthetic card transactions (columns, categories and ranges from the contract)."""
+    if out.suffix not in {".parquet", ".csv"}:
+        _error_exit(f"--out must end in .parquet or .csv, got {out.name!r}", 2)
     from mlops.contract import load_contract
     from mlops.data.generator import SCENARIOS, write_transactions
 
     if scenario not in SCENARIOS:
         _error_exit(f"unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}", 2)
-    if out.suffix not in {".parquet", ".csv"}:
-        _error_exit(f"--out must end in .parquet or .csv, got {out.name!r}", 2)
     try:
         contract = load_contract(_settings().contract_path)
     except MLOpsError as exc:
@@ -119,7 +141,8 @@ def run_command(
     until: Annotated[str, typer.Option(help="Train on rows before this time (ISO 8601; default: all).")] = "",
     last_weeks: Annotated[int, typer.Option(min=0, help="Train on the last N weeks before --until or now "
                                                       "(0: all data).")] = 0,
-    runner: Annotated[str, typer.Option(help="kfp: the compiled pipeline on kfp.local, a process per step; "
+    runner: Annotated[str, typer.Option(metavar="[kfp|inline]",
+                                        help="kfp: the compiled pipeline on kfp.local, a process per step; "
                                              "inline: the same steps in this process (debugging).")] = "kfp",
 ) -> None:
     """Run the compiled pipeline locally with kfp.local: one line per step, the steps' logs in a file.
@@ -132,14 +155,18 @@ def run_command(
     from mlops.data.source_columns import check_source_columns
     from mlops.data.training_window import resolve_window
     from mlops.preflight import check_source, check_tracking_server
-    from mlops.run_lock import exclusive_pipeline_run
 
     if runner not in PIPELINE_RUNNERS:
         _error_exit(f"--runner must be one of {', '.join(PIPELINE_RUNNERS)}, got {runner!r}", 2)
-    settings = _settings()
-    try:  # refused before kfp, pandas and MLflow are even imported
+    try:  # refused before settings, kfp, pandas and MLflow are even imported
         resolve_window(since, until, last_weeks)
         check_source(source)
+    except MLOpsError as exc:
+        _fail(exc)
+    from mlops.run_lock import exclusive_pipeline_run
+
+    settings = _settings()
+    try:
         check_source_columns(source, load_contract(settings.contract_path))
         with exclusive_pipeline_run(settings):
             check_tracking_server(settings.resolved_tracking_uri)
@@ -189,11 +216,11 @@ def materialize_command(
     end: Annotated[str | None, typer.Option(help="Load the entity histories as of this time (default: now).")] = None,
 ) -> None:
     """Merge the offline entity histories into the online store (incremental, never erases newer events)."""
+    until = _parse_time(end, "--end")
     from mlops.contract import load_contract
     from mlops.online_features import materialize_online
 
     settings = _settings()
-    until = _parse_time(end, "--end")
     try:
         with console.status("materializing the online store"):
             written = materialize_online(settings, load_contract(settings.contract_path), until)
@@ -286,18 +313,28 @@ def train_command(
     search: Annotated[int, typer.Option(min=0, help="Optuna trials before training with the best.")] = 0,
 ) -> None:
     """Train, export ONNX and score the test split (also under torchrun); --search, --reproduce."""
+    from pipelines.splits import split_paths
+
+    if reproduce is not None and (data_dir is not None or search or run_id is not None):
+        _error_exit("--reproduce takes no --data-dir, --run-id or --search: it reuses the run's inputs", 2)
+    if reproduce is None and data_dir is None:
+        _error_exit("--data-dir is required (or --reproduce RUN_ID)", 2)
+    try:
+        paths = split_paths(data_dir) if data_dir is not None else {}
+    except MLOpsError as exc:
+        _fail(exc)
+    settings = _settings()
+    from rich.table import Table
+
     from pipelines.checkpoint import TrainingPreempted
     from pipelines.logs import configure_logging
     from pipelines.train_command import reproduce as reproduce_run
     from pipelines.train_command import train_and_export
 
-    settings = _settings()
     configure_logging()
     out = out_dir or settings.runs_dir / "train"
     try:
         if reproduce is not None:
-            if data_dir is not None or search or run_id is not None:
-                _error_exit("--reproduce takes no --data-dir, --run-id or --search: it reuses the run's inputs", 2)
             report, compared = reproduce_run(reproduce, out, settings)
             table = Table("", f"run {reproduce}", f"reproduced ({report.run_id})", "same")
             for name, (then, now) in compared.items():
@@ -306,11 +343,6 @@ def train_command(
             if any(then != now for then, now in compared.values()):
                 _error_exit("the reproduced run differs from the original", 1)
             return
-        if data_dir is None:
-            _error_exit("--data-dir is required (or --reproduce RUN_ID)", 2)
-        from pipelines.train_entry import split_paths
-
-        paths = split_paths(data_dir)
         checkpoints = checkpoint_dir or settings.resolved_checkpoint_dir
         params = None
         if search:
@@ -335,6 +367,8 @@ _SHOWN_METRICS = ("test_f1", "test_pr_auc", "test_brier", "test_ece")
 @model_app.command("list")
 def list_command() -> None:
     """Registered versions with their aliases and decision tags."""
+    from rich.table import Table
+
     from mlops import registry
 
     settings = _settings()
@@ -343,6 +377,12 @@ def list_command() -> None:
         rows = registry.list_versions(settings)
     except MLOpsError as exc:
         _fail(exc)
+    if not rows:
+        console.print(f"no versions of {settings.model_name} registered in {settings.resolved_tracking_uri}",
+                      highlight=False)
+        hint("train and register one with `mlops pipeline run data/tx.parquet` (make the data with "
+             "`mlops data generate --out data/tx.parquet`), or run `make demo`")
+        return
     for row in rows:
         table.add_row(row["version"], row["aliases"], row.get("decision", ""), row.get("candidate_f1", ""),
                       row.get("decision_reason", ""))
@@ -388,13 +428,14 @@ def promote_command(
 @model_app.command("rollback")
 def rollback_command(
     reason: Annotated[str, typer.Option(help="Why (kept in the audit record).")] = "",
+    alias: Annotated[str | None, typer.Option(help="Alias to move back (default MLOPS_SERVING_ALIAS).")] = None,
 ) -> None:
-    """End a running canary; else move the serving alias back to the version it held before its last move."""
+    """End a running canary; else move the serving alias (or --alias) back to the version it held before its last move."""
     from mlops import registry
 
     settings = _settings()
     try:
-        change = registry.rollback(settings, actor=_actor(), reason=reason or "rollback")
+        change = registry.rollback(settings, actor=_actor(), reason=reason or "rollback", alias=alias)
     except MLOpsError as exc:
         _fail(exc)
     console.print(f"{settings.model_name} alias {change.alias!r}: {change.from_version} -> "
@@ -406,6 +447,8 @@ def history_command(
     alias: Annotated[str | None, typer.Option(help="Only this alias' moves.")] = None,
 ) -> None:
     """Every recorded alias move: when, which alias, from and to which version, who, why."""
+    from rich.table import Table
+
     from mlops import registry
 
     settings = _settings()
@@ -413,6 +456,11 @@ def history_command(
         changes = registry.history(settings, alias)
     except MLOpsError as exc:
         _fail(exc)
+    if not changes:
+        console.print(f"no alias moves recorded for {settings.model_name}" + (f" alias {alias!r}" if alias else ""),
+                      highlight=False)
+        hint("a pipeline run that promotes a version records one; so does `mlops model promote VERSION`")
+        return
     table = Table("when (UTC)", "alias", "from", "to", "who", "why")
     for c in changes:
         table.add_row(f"{c.at:%Y-%m-%d %H:%M:%S}", c.alias, c.from_version or "none", c.to_version or "removed",
@@ -421,19 +469,13 @@ def history_command(
 
 
 def _window_spec(since: str | None, start: str | None, end: str | None, last: int | None) -> WindowSpec:
-    from datetime import timedelta
-
-    from monitoring.window import WindowSpec
-
     if since is not None and start is not None:
         _error_exit("give --since or --start, not both", 2)
-    begin = _parse_time(start, "--start") if start else None
-    if since is not None:
-        units = {"m": "minutes", "h": "hours", "d": "days"}
-        if len(since) < 2 or since[-1] not in units or not since[:-1].isdigit():
-            _error_exit(f"--since must be a duration such as 30m, 6h or 7d, got {since!r}", 2)
-        begin = datetime.now(UTC) - timedelta(**{units[since[-1]]: int(since[:-1])})
-    return WindowSpec(start=begin, end=_parse_time(end, "--end") if end else None, last=last)
+    begin = since_start(since) if since is not None else _parse_time(start, "--start") if start else None
+    finish = _parse_time(end, "--end") if end else None
+    from monitoring.window import WindowSpec
+
+    return WindowSpec(start=begin, end=finish, last=last)
 
 
 @drift_app.command("run")
@@ -448,11 +490,12 @@ def drift_run_command(
     Exit codes: 0 a verdict (INFO, WARNING or CRITICAL, actions done), 1 an action failed,
     2 bad options, 4 no reference profile for the model, 5 empty window, 6 too few rows.
     """
+    window = _window_spec(since, start, end, last)
+    settings = _settings()
     from monitoring.job import run_drift
 
-    settings = _settings()
     try:
-        record = run_drift(settings, _window_spec(since, start, end, last))
+        record = run_drift(settings, window)
     except MLOpsError as exc:
         _fail(exc)
     console.print(f"drift [bold]{record.level}[/] on {record.rows:,} predictions of model versions "
@@ -468,10 +511,18 @@ def drift_history_command(
     limit: Annotated[int, typer.Option(min=1, help="Newest runs to show.")] = 20,
 ) -> None:
     """Every drift run: when, which window, the level, why, and what was done."""
+    from rich.table import Table
+
     from monitoring.actions import read_history
 
+    records = read_history(_settings().monitoring_dir)[-limit:]
+    if not records:
+        console.print("no drift runs recorded yet", highlight=False)
+        hint("judge the served traffic with `mlops drift run --since 1h` (it needs predictions: "
+             "`make demo`, or `make serve` and POST to /predict)")
+        return
     table = Table("run at", "versions", "rows", "level", "actions", "reason")
-    for record in read_history(_settings().monitoring_dir)[-limit:]:
+    for record in records:
         done = ", ".join(record.actions) + "".join(f" [failed {e}]" for e in record.action_errors)
         table.add_row(f"{record.run_at:%Y-%m-%d %H:%M:%S}", ",".join(record.model_versions), f"{record.rows:,}",
                       record.level, done, record.reason)
@@ -483,6 +534,8 @@ def labels_ingest_command(
     source: Annotated[Path, typer.Argument(help="CSV/Parquet of ids (transaction_id) and labels (is_fraud).")],
 ) -> None:
     """Store late labels by transaction id (a later label for the same id replaces the earlier one)."""
+    if not source.is_file():
+        _error_exit(f"labels file not found: {source}", 2)
     from mlops.contract import load_contract
     from monitoring.labels import ingest_labels
 
@@ -500,13 +553,21 @@ def labels_quality_command(
     since: Annotated[str | None, typer.Option(help="Predictions of the last 30m, 6h, 7d ...")] = None,
 ) -> None:
     """Precision, recall, F1 and PR-AUC of the labelled predictions per window and model version."""
+    spec = _window_spec(since, None, None, None)
+    settings = _settings()
+    from rich.table import Table
+
     from monitoring.quality_job import run_quality
 
-    settings = _settings()
     try:
-        rows = run_quality(settings, _window_spec(since, None, None, None), window)
+        rows = run_quality(settings, spec, window)
     except MLOpsError as exc:
         _fail(exc)
+    if not rows:
+        console.print("no labelled predictions in the window", highlight=False)
+        hint("store late labels with `mlops labels ingest FILE` (a CSV/Parquet of transaction_id and is_fraud "
+             "for transactions the service answered)")
+        return
     table = Table("window start", "version", "role", "labelled", "positives", "precision", "recall", "F1", "PR-AUC")
     for row in rows:
         table.add_row(row.window_start, row.model_version, row.role, f"{row.labelled:,}", f"{row.positives:,}",

@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import os
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 from rich.console import Console
 
 from mlops.errors import MLOpsError
-from mlops.settings import PARAMS_FILE_VARIABLE, Settings
+
+if TYPE_CHECKING:  # settings (pydantic-settings) load after a command's own argument checks
+    from mlops.settings import Settings
+
+_DURATION_UNITS = {"m": "minutes", "h": "hours", "d": "days"}
 
 # Piped output (make, CI logs) would otherwise be cut to 80 columns, squeezing the demo's table.
 console = Console(width=None if sys.stdout.isatty() else 140, soft_wrap=True)
@@ -35,9 +40,25 @@ def fail(exc: MLOpsError, *, see: Path | None = None) -> NoReturn:
     raise typer.Exit(exc.exit_code)
 
 
+def hint(message: str, *, to: Console | None = None) -> None:
+    """What to do next, printed where a command found nothing to show."""
+    (to or console).print(f"[dim]hint:[/] {message}", highlight=False)
+
+
+def since_start(since: str | None, option: str = "--since") -> datetime | None:
+    """The start of a window given as a duration back from now (30m, 6h, 7d); a bad one exits 2."""
+    if since is None:
+        return None
+    if len(since) < 2 or since[-1] not in _DURATION_UNITS or not since[:-1].isdigit():
+        error_exit(f"{option} must be a duration such as 30m, 6h or 7d, got {since!r}", 2)
+    return datetime.now(UTC) - timedelta(**{_DURATION_UNITS[since[-1]]: int(since[:-1])})
+
+
 def load_settings() -> Settings:
     """The settings, or exit 2 naming what is wrong with them (a variable, the params file)."""
     from pydantic import ValidationError
+
+    from mlops.settings import PARAMS_FILE_VARIABLE, Settings
 
     try:
         return Settings()

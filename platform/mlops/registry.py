@@ -211,6 +211,7 @@ def _set_stage(mlflow_client: MlflowClient, settings: Settings, version: str, st
 
 def _audit(mlflow_client: MlflowClient, settings: Settings, change: AliasChange) -> None:
     mlflow_client.set_registered_model_tag(settings.model_name, change.tag_key, change.model_dump_json())
+    _describe_history(settings)
 
 
 def _remove_canary(mlflow_client: MlflowClient, settings: Settings, version: str, actor: str, reason: str) -> None:
@@ -261,10 +262,28 @@ def history(settings: Settings, alias: str | None = None) -> list[AliasChange]:
     return sorted((c for c in changes if alias is None or c.alias == alias), key=lambda c: c.at)
 
 
-def rollback(settings: Settings, *, actor: str, reason: str) -> AliasChange:
-    """End a running canary (all traffic back to production); else move the serving alias back to
-    the version it held before its last move. The new audit record."""
-    running = canary(settings)
+def _describe_history(settings: Settings) -> None:
+    """The registered model's description (the first thing its page in the MLflow UI shows) as the
+    audit history in a Markdown table, newest move first; the tags stay the record it is made from."""
+    lines = [f"### Alias moves of {settings.model_name}", "",
+             "| when (UTC) | alias | from | to | who | why |", "|---|---|---|---|---|---|"]
+    for c in reversed(history(settings)):
+        why = c.reason.replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| {c.at.astimezone(UTC):%Y-%m-%d %H:%M:%S} | {c.alias} | {c.from_version or 'none'} | "
+                     f"{c.to_version or 'removed'} | {c.actor} | {why} |")
+    client(settings).update_registered_model(settings.model_name, description="\n".join(lines))
+
+
+def describe_version(settings: Settings, version: str, description: str) -> None:
+    """Set a version's description (Markdown, shown on its page in the MLflow UI)."""
+    client(settings).update_model_version(settings.model_name, version, description=description)
+
+
+def rollback(settings: Settings, *, actor: str, reason: str, alias: str | None = None) -> AliasChange:
+    """End a running canary (all traffic back to production) when rolling back the serving alias;
+    else move ``alias`` (default: serving) back to the version it held before its last move. The new audit record."""
+    alias = alias or settings.serving_alias
+    running = canary(settings) if alias == settings.serving_alias else None
     if running is not None:
         from mlflow.exceptions import MlflowException
 
@@ -273,12 +292,12 @@ def rollback(settings: Settings, *, actor: str, reason: str) -> AliasChange:
         except MlflowException as exc:
             raise RegistryError(f"model registry failed ending the canary: {exc.message}") from exc
         return history(settings, CANARY_ALIAS)[-1]
-    alias = settings.serving_alias
     moves = history(settings, alias)
     last = moves[-1] if moves else None
     if last is None or last.from_version is None or last.to_version is None:
         raise PromotionConflictError(f"alias {alias!r} has no earlier version to roll back to")
-    promote(settings, last.from_version, expected=last.to_version, actor=actor, reason=reason or "rollback")
+    promote(settings, last.from_version, expected=last.to_version, alias=alias, actor=actor,
+            reason=reason or "rollback")
     return history(settings, alias)[-1]
 
 

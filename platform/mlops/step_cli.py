@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from mlops.cli_output import console, fail, load_settings
 from mlops.errors import MLOpsError
-from mlops.settings import Settings
+
+if TYPE_CHECKING:
+    from mlops.settings import Settings
 
 step_app = typer.Typer(help="Run one pipeline step on files (what dvc.yaml's stages call).", no_args_is_help=True)
 
@@ -114,8 +116,8 @@ def train_step(
         from pipelines.step_records import IngestRecord, TrainRecord, read_record, start_model_run, write_record
 
         data_run_id = read_record(run_record, IngestRecord).run_id
+        from pipelines.splits import split_paths
         from pipelines.tasks import train_task
-        from pipelines.train_entry import split_paths
 
         paths = split_paths(data_dir)
         run_id = start_model_run(settings, data_run_id)

@@ -34,7 +34,8 @@ from monitoring.dashboards import DASHBOARD_DIR
 from monitoring.job import run_drift, running_retrainings
 from monitoring.labels import ingest_labels
 from monitoring.window import WindowSpec
-from pipelines.demo import free_port, replay_start, request_body, start_service, wait_ready
+from pipelines.demo import free_port, replay_start, start_service, wait_ready
+from pipelines.demo_replay import request_body
 from pipelines.runner import run_pipeline
 from pipelines.steps.preprocess import time_split
 

@@ -31,7 +31,8 @@ from mlops.inference import OnnxModel
 from mlops.online_features import materialize_online
 from mlops.prediction_log import log_dir, read_predictions
 from mlops.settings import Settings
-from pipelines.demo import free_port, replay_start, request_body, start_service, wait_ready
+from pipelines.demo import free_port, replay_start, start_service, wait_ready
+from pipelines.demo_replay import request_body
 from pipelines.progress import StepReport
 from pipelines.runner import PipelineOutcome, run_log_path, run_pipeline, settings_env
 from pipelines.steps.preprocess import time_split

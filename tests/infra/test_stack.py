@@ -42,7 +42,8 @@ from mlops.data.generator import generate_transactions
 from mlops.errors import RegistryError, StackError
 from mlops.online_features import materialize_online
 from mlops.settings import Settings
-from pipelines.demo import replay_start, request_body
+from pipelines.demo import replay_start
+from pipelines.demo_replay import request_body
 from pipelines.runner import run_pipeline
 from pipelines.steps.preprocess import time_split
 

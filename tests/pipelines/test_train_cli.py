@@ -62,6 +62,28 @@ def test_single_process_run_logs_model_metrics_and_calibration(home: Path, singl
     assert run.data.metrics["test_f1"] > 0.3
 
 
+def test_single_run_lists_its_three_splits_as_mlflow_datasets(home: Path, data_dir: Path, single_run: str) -> None:
+    import json
+
+    import pandas as pd
+
+    from pipelines.train_entry import file_sha256
+
+    inputs = _client(home).get_run(single_run).inputs
+    assert inputs is not None
+    found = {next(t.value for t in i.tags if t.key == "mlflow.data.context"): i.dataset for i in inputs.dataset_inputs}
+    assert set(found) == {"training", "validation", "testing"}
+    for context, split in (("training", "train"), ("validation", "validation"), ("testing", "test")):
+        dataset, path = found[context], data_dir / f"{split}.parquet"
+        frame = pd.read_parquet(path)
+        profile = json.loads(str(dataset.profile))
+        # No ingest snapshot behind `mlops train --data-dir`: the split file's own hash is the digest.
+        assert dataset.digest == file_sha256(path)[:36]
+        assert (profile["num_rows"], profile["positives"]) == (len(frame), int(frame["is_fraud"].sum()))
+        assert json.loads(dataset.source)["uri"] == str(path.resolve())
+        assert {c["name"] for c in json.loads(str(dataset.schema))["mlflow_colspec"]} == set(frame.columns)
+
+
 def test_reproduce_gives_identical_metrics_and_onnx_hash(home: Path, single_run: str) -> None:
     result = runner.invoke(app, ["train", "--reproduce", single_run, "--out-dir", str(home / "again")])
     assert result.exit_code == 0, result.output

@@ -17,8 +17,9 @@ from mlops.contract import DataContract
 from mlops.errors import TrainingError
 from mlops.settings import Settings
 from pipelines.checkpoint import PREEMPTED_EXIT_CODE, CheckpointStore
+from pipelines.splits import split_paths
 from pipelines.steps.train import Checkpointing, TrainParams, train_model
-from pipelines.train_entry import run_training, split_paths
+from pipelines.train_entry import run_training
 
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 # Small batches make an epoch long enough (about 70 steps) for the signal to land inside it.

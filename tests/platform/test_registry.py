@@ -146,6 +146,32 @@ def test_rollback_follows_the_serving_alias_only(settings: Settings) -> None:
     assert change.at.utcoffset() == timedelta(0)
 
 
+def test_rollback_of_another_alias_moves_that_alias_only(settings: Settings) -> None:
+    uri, run_id = _logged_model(settings)
+    v1, v2, v3 = (registry.register_version(settings, uri, run_id, {}) for _ in range(3))
+    registry.promote(settings, v1, expected=None, actor="alice")
+    registry.promote(settings, v2, alias="challenger", expected=None, actor="bob")
+    registry.promote(settings, v3, alias="challenger", expected=v2, actor="bob")
+
+    change = registry.rollback(settings, actor="carol", reason="shadow scores wrong", alias="challenger")
+
+    assert registry.aliases(settings) == {"production": v1, "challenger": v2}
+    assert (change.alias, change.from_version, change.to_version) == ("challenger", v3, v2)
+
+
+def test_the_model_description_shows_every_move_newest_first(settings: Settings) -> None:
+    uri, run_id = _logged_model(settings)
+    v1, v2 = (registry.register_version(settings, uri, run_id, {}) for _ in range(2))
+    registry.promote(settings, v1, expected=None, actor="alice", reason="first model")
+    registry.promote(settings, v2, expected=v1, actor="bob", reason="better F1 | margin 0.02")
+
+    described = registry.client(settings).get_registered_model(settings.model_name).description
+    rows = [line for line in described.splitlines() if line.startswith("| 20")]
+    moves = [[cell.strip() for cell in row.split(" | ")[1:]] for row in rows]
+    assert moves == [["production", v1, v2, "bob", "better F1 \\| margin 0.02 |"],
+                     ["production", "none", v1, "alice", "first model |"]]
+
+
 def test_rollback_refuses_when_the_alias_moved_outside_the_audit(settings: Settings) -> None:
     uri, run_id = _logged_model(settings)
     v1, v2, v3 = (registry.register_version(settings, uri, run_id, {}) for _ in range(3))

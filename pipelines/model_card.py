@@ -1,0 +1,81 @@
+"""The model card: a registered version's description in Markdown, shown on its page in the MLflow UI.
+
+It says what the version learned from (source, snapshot hash, split sizes), how it scored on the
+test split at its operating threshold (beside production), how well calibrated it is, how each
+slice did, what the behavioural tests found, what evaluate decided and why, and where to look
+next (the run, its datasets, the pictures). The decision and its reason are evaluate's own
+(``EvaluationReport.decision`` / ``.reason``), never recomputed here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mlflow.entities import Run
+
+if TYPE_CHECKING:
+    from pipelines.steps.evaluate import EvaluationReport, Metrics
+
+_METRICS = (("F1", "f1"), ("precision", "precision"), ("recall", "recall"), ("PR-AUC", "pr_auc"),
+            ("ROC-AUC", "roc_auc"), ("threshold", "threshold"))
+_SPLITS = ("train", "validation", "test")
+
+
+def _cell(value: object) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _metric_rows(candidate: Metrics, production: Metrics | None) -> list[str]:
+    rows = ["| metric (test split) | this version | production |", "|---|---|---|"]
+    for label, key in _METRICS:
+        theirs = f"{getattr(production, key):.4f}" if production is not None else "-"
+        rows.append(f"| {label} | {getattr(candidate, key):.4f} | {theirs} |")
+    return rows
+
+
+def render_model_card(report: EvaluationReport, *, model_name: str, version: str, run: Run) -> str:
+    """The card of ``version``, registered from ``run`` after evaluate wrote ``report``."""
+    params, tags = run.data.params, run.data.tags
+    candidate = report.candidate
+    lines = [f"# {model_name} version {version}", "",
+             f"**Decision: {report.decision}** - {_cell(report.reason)}", "",
+             f"Flags a transaction as fraud when its calibrated probability is at least "
+             f"**{candidate.threshold:.4f}** (the operating threshold, chosen on the validation split).", "",
+             "## Data", "",
+             f"- source: `{_cell(params.get('source', 'unknown'))}`",
+             f"- snapshot sha256: `{params.get('dataset_sha256', 'unknown')}` "
+             f"({_cell(params.get('dataset_rows', '?'))} rows, contract `{_cell(params.get('contract', '?'))}`)"]
+    for split in _SPLITS:
+        if f"{split}_rows" in params:
+            lines.append(f"- {split}: {params[f'{split}_rows']} rows, {params.get(f'{split}_positives', '?')} fraud")
+    lines += ["", "## Metrics", "", *_metric_rows(candidate, report.production)]
+    if report.production_version is not None:
+        lines += ["", f"Production at evaluation: version {report.production_version}; promotion margin "
+                      f"{report.margin} on F1."]
+    if report.calibration is not None:
+        lines += ["", "## Calibration", "",
+                  f"Brier score {report.calibration.brier:.4f}, expected calibration error "
+                  f"{report.calibration.ece:.4f} (test split, {len(report.calibration.bins)} bins)."]
+    if report.slices:
+        lines += ["", "## Slices", "", "| slice | rows | fraud | F1 | precision | recall |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {_cell(s.name)} | {s.rows} | {s.positives} | {s.f1:.4f} | {s.precision:.4f} | {s.recall:.4f} |"
+                  for s in report.slices]
+    if report.behaviour is not None:
+        b = report.behaviour
+        verdict = "; ".join(b.failures) or "passed"
+        lines += ["", "## Behavioural tests", "",
+                  f"- invariance: changing `{b.invariance_field}` moves the score by at most "
+                  f"{b.invariance_max_abs_diff:.3g}",
+                  f"- direction: scaling {', '.join(b.directional_inputs)} by {b.directional_factor:g} moves the "
+                  f"mean score by {b.directional_mean_delta:+.4f}",
+                  f"- verdict: {_cell(verdict)}"]
+    experiment, run_id = run.info.experiment_id, run.info.run_id
+    lines += ["", "## Lineage", "",
+              f"- MLflow run: [{run_id}](#/experiments/{experiment}/runs/{run_id}) (its Datasets panel lists "
+              "train, validation and test with the snapshot hash as digest)",
+              f"- git commit: `{params.get('git_commit', 'unknown')}`; training fingerprint: "
+              f"`{tags.get('training_fingerprint', params.get('training_fingerprint', 'unknown'))}`",
+              f"- pictures: `runs:/{run_id}/evaluation/` (pr_curve.png, confusion_matrix.png, "
+              "reliability_curve.png, each marking the operating threshold)"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,55 @@
+"""The model card says what evaluate decided and measured, and where the data came from."""
+
+from __future__ import annotations
+
+from mlflow.entities import Param, Run, RunData, RunInfo, RunTag
+
+from pipelines.model_card import render_model_card
+from pipelines.steps.calibration import CalibrationReport
+from pipelines.steps.evaluate import EvaluationReport, Metrics
+from pipelines.steps.quality import BehaviourReport, SliceMetrics
+
+SNAPSHOT = "ab12" * 16
+RUN = Run(RunInfo(run_id="r" * 32, experiment_id="4", user_id="me", status="RUNNING", start_time=0, end_time=None,
+                  lifecycle_stage="active"),
+          RunData(params=[Param("source", "data/tx.parquet"), Param("dataset_sha256", SNAPSHOT),
+                          Param("dataset_rows", "30000"), Param("contract", "fraud"), Param("git_commit", "c0ffee"),
+                          Param("train_rows", "21000"), Param("train_positives", "315"),
+                          Param("test_rows", "4500"), Param("test_positives", "73")],
+                  tags=[RunTag("training_fingerprint", "f1f2")]))
+
+
+def _report(decision: str, reason: str) -> EvaluationReport:
+    return EvaluationReport(
+        candidate=Metrics(f1=0.6123, precision=0.87, recall=0.56, roc_auc=0.88, pr_auc=0.6042, threshold=0.5314),
+        production=Metrics(f1=0.6001, precision=0.8, recall=0.5, roc_auc=0.87, pr_auc=0.59, threshold=0.5),
+        production_version="2", margin=0.02, decision=decision, reason=reason,  # type: ignore[arg-type]
+        calibration=CalibrationReport(brier=0.0123, ece=0.0045, bins=[]),
+        slices=[SliceMetrics(name="channel=online", rows=900, positives=30, f1=0.7, precision=0.8, recall=0.62)],
+        behaviour=BehaviourReport(invariance_field="transaction_id", invariance_max_abs_diff=0.0,
+                                  directional_inputs=["amount"], directional_factor=10.0,
+                                  directional_mean_delta=0.031))
+
+
+def test_the_card_carries_decision_metrics_threshold_data_and_lineage() -> None:
+    reason = "F1 0.6123 does not beat production 0.6001 + margin 0.02"
+    card = render_model_card(_report("reject", reason), model_name="fraud-detector", version="3", run=RUN)
+    assert card.startswith("# fraud-detector version 3\n")
+    assert f"**Decision: reject** - {reason}" in card
+    assert "| F1 | 0.6123 | 0.6001 |" in card
+    assert "| PR-AUC | 0.6042 | 0.5900 |" in card
+    assert "| threshold | 0.5314 | 0.5000 |" in card
+    assert "at least **0.5314**" in card
+    assert f"snapshot sha256: `{SNAPSHOT}` (30000 rows" in card
+    assert "- test: 4500 rows, 73 fraud" in card
+    assert "Brier score 0.0123, expected calibration error 0.0045" in card
+    assert "| channel=online | 900 | 30 | 0.7000 |" in card
+    assert "- verdict: passed" in card
+    assert f"[{'r' * 32}](#/experiments/4/runs/{'r' * 32})" in card
+    assert "training fingerprint: `f1f2`" in card
+
+
+def test_a_reason_with_table_characters_stays_on_its_line() -> None:
+    card = render_model_card(_report("promote", "no model | in production\nyet"), model_name="m", version="1",
+                             run=RUN)
+    assert "**Decision: promote** - no model \\| in production yet" in card

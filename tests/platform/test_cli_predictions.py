@@ -1,0 +1,94 @@
+"""`mlops predictions show` against a real prediction log: what was written is what is shown."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from mlops.cli import app
+from mlops.prediction_log import PredictionLog, PredictionRecord, log_dir
+from mlops.settings import Settings
+
+runner = CliRunner()
+NOW = datetime.now(UTC)
+
+
+def _record(n: int, *, version: str, age: timedelta, probability: float, role: str = "champion") -> PredictionRecord:
+    at = NOW - age
+    return PredictionRecord(
+        event_id=f"T{n}", event_timestamp=at, logged_at=at, entities={"customer_id": f"C{n % 3}"},
+        inputs={"amount": 10.0 + n, "country": "US"}, features={"customer_txn_count_1h": float(n)},
+        unknown_entities=[], unknown_categories=[], probability=probability,
+        decision="fraud" if probability >= 0.5 else "legit", model_name="fraud-detector", model_version=version,
+        request_id=f"r{n}", latency_s=None if role == "challenger" else 0.002 * (n + 1), role=role)
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("MLOPS_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def _write(home: Path, records: list[PredictionRecord]) -> None:
+    log = PredictionLog(log_dir(Settings(home=home)))
+    log.write(records)
+    log.close()
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.floats(0, 1, allow_nan=False), min_size=1, max_size=12))
+def test_json_holds_every_answer_at_full_precision(tmp_path_factory: pytest.TempPathFactory,
+                                                   probabilities: list[float]) -> None:
+    home = tmp_path_factory.mktemp("predictions")
+    records = [_record(n, version=str(1 + n % 2), age=timedelta(minutes=len(probabilities) - n), probability=p)
+               for n, p in enumerate(probabilities)]
+    _write(home, records)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLOPS_HOME", str(home))
+        shown = runner.invoke(app, ["predictions", "show", "--format", "json", "--last", "0"])
+        only_v2 = runner.invoke(app, ["predictions", "show", "--format", "json", "--version", "2", "--last", "0"])
+    answers = json.loads(shown.stdout)
+    assert [(a["event_id"], a["probability"], a["decision"], a["model_version"]) for a in answers] == [
+        (r.event_id, r.probability, r.decision, r.model_version) for r in records]
+    assert [a["customer_txn_count_1h"] for a in answers] == [r.features["customer_txn_count_1h"] for r in records]
+    assert [a["latency_ms"] for a in answers] == pytest.approx([r.latency_s * 1000 for r in records if r.latency_s])
+    assert [a["event_id"] for a in json.loads(only_v2.stdout)] == [
+        r.event_id for r in records if r.model_version == "2"]
+
+
+def test_since_and_last_narrow_the_window_and_csv_has_every_column(home: Path) -> None:
+    _write(home, [_record(0, version="1", age=timedelta(hours=3), probability=0.9),
+                  _record(1, version="1", age=timedelta(minutes=20), probability=0.2),
+                  _record(2, version="1", age=timedelta(minutes=5), probability=0.7, role="challenger")])
+    recent = runner.invoke(app, ["predictions", "show", "--since", "1h", "--format", "csv"])
+    assert recent.exit_code == 0, recent.output
+    frame = pd.read_csv(io.StringIO(recent.stdout))
+    assert list(frame["event_id"]) == ["T1", "T2"]
+    assert list(frame["role"]) == ["champion", "challenger"]
+    assert {"amount", "country", "customer_id", "customer_txn_count_1h", "latency_ms"} <= set(frame.columns)
+    newest = runner.invoke(app, ["predictions", "show", "--last", "1"])
+    said = " ".join(newest.output.split())
+    assert "1 answers" in said
+    assert "T2" in said
+    assert "T1" not in said
+    assert "0.7000" in said
+
+
+def test_a_version_with_no_answers_says_how_to_send_some(home: Path) -> None:
+    _write(home, [_record(0, version="1", age=timedelta(minutes=1), probability=0.1)])
+    result = runner.invoke(app, ["predictions", "show", "--version", "9"])
+    assert result.exit_code == 0
+    said = " ".join(result.output.split())
+    assert "no predictions logged by version 9" in said
+    assert "hint: send some" in said
+    as_json = runner.invoke(app, ["predictions", "show", "--version", "9", "--format", "json"])
+    assert json.loads(as_json.stdout) == []
+    assert "hint: send some" in " ".join(as_json.stderr.split())
