@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
+from mlops import cli_predict
 from mlops.cli_output import console
 from mlops.cli_output import error_exit as _error_exit
 from mlops.cli_output import fail as _fail
@@ -522,6 +523,9 @@ def demo_command(
         run_demo(settings, rows or settings.demo_rows, console)
     except MLOpsError as exc:
         _fail(exc)
+
+
+app.command("predict")(cli_predict.predict_command)
 
 
 if __name__ == "__main__":
