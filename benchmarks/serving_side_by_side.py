@@ -104,13 +104,15 @@ def copy_home(home: Path, copy: Path) -> Path:
 
 
 def known_entities(settings: Settings) -> dict[str, list[str]]:
-    """The customers and merchants of the offline tables: the ids /predict requests draw from."""
-    from mlops.feature_store import read_offline_tables
+    """The customers and merchants of the offline store: the ids /predict requests draw from."""
+    import pandas as pd
+
+    from mlops.feature_store import require_offline
 
     contract = load_contract(settings.contract_path)
-    tables = read_offline_tables(settings, contract)
-    keys = {v.view_name: contract.entity(v.entity).join_key for v in contract.feature_views}
-    return {key: sorted({str(k) for k in tables[view][key]}) for view, key in keys.items()}
+    keys = [contract.entity(v.entity).join_key for v in contract.feature_views]
+    table = pd.read_parquet(require_offline(settings), columns=keys)
+    return {key: sorted({str(k) for k in table[key]}) for key in keys}
 
 
 def free_port() -> int:

@@ -1,6 +1,8 @@
 """Feast objects derived from the data contract: one entity per contract entity and, per entity, a
 feature view holding its recent events (one JSON field: ids, times, aggregated column values) fed
-by a push source.
+by a push source. The views are online only: their batch source names the offline store (the
+backfill's per-transaction table), which `mlops features materialize` reads with DuckDB rather
+than through Feast's materialization, so the offline side never stores a history per event.
 
 Window features are computed from these histories by mlops.features, offline and online alike. Not
 a Feast on-demand feature view: Feast stores those transformations dill-pickled in its registry,
@@ -20,8 +22,9 @@ from mlops.contract import DataContract, FeatureViewSpec
 from mlops.features import EVENTS_FIELD, NEWEST_FIELD
 
 
-def offline_path(data_dir: Path, view_name: str) -> Path:
-    return data_dir / f"{view_name}.parquet"
+def offline_path(data_dir: Path) -> Path:
+    """The offline store: the backfilled transactions (raw columns plus their features)."""
+    return data_dir / "transactions.parquet"
 
 
 def push_source_name(view: FeatureViewSpec) -> str:
@@ -38,7 +41,7 @@ def build_definitions(contract: DataContract, data_dir: Path) -> list[Any]:
     for spec in contract.feature_views:
         batch = FileSource(
             name=f"{spec.view_name}_source",
-            path=str(offline_path(data_dir, spec.view_name)),
+            path=str(offline_path(data_dir)),
             timestamp_field=contract.timestamp_column,
         )
         views.append(

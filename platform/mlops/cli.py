@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from mlops import cli_predict
 from mlops.cli_model_export import export_command
 from mlops.cli_output import console, hint, since_start
 from mlops.cli_output import error_exit as _error_exit
@@ -601,6 +602,9 @@ def demo_command(
         run_demo(settings, rows or settings.demo_rows, console)
     except MLOpsError as exc:
         _fail(exc)
+
+
+app.command("predict")(cli_predict.predict_command)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from mlops.contract import DataContract
 from mlops.errors import InputError
-from mlops.feature_store import open_store, point_in_time_histories, read_offline_tables
-from mlops.features import compute_features
+from mlops.feature_store import offline_end, offline_features
 from mlops.prediction_log import log_dir, read_predictions
 from mlops.settings import Settings
 
@@ -43,19 +42,17 @@ def check_skew(settings: Settings, contract: DataContract, *, sample: int, toler
     records = read_predictions(log_dir(settings))
     if not records:
         raise InputError(f"no predictions logged under {log_dir(settings)}; serve some traffic first")
-    tables = read_offline_tables(settings, contract)
     ts = contract.timestamp_column
-    offline_end = min(pd.to_datetime(t[ts], utc=True).max() for t in tables.values())
+    newest = offline_end(settings, contract)
     picked = random.Random(seed).sample(records, min(sample, len(records)))
-    covered = [r for r in picked if r.event_timestamp <= offline_end]
+    covered = [r for r in picked if newest is not None and r.event_timestamp <= newest]
     report = SkewReport(logged=len(records), compared=len(covered), beyond_offline=len(picked) - len(covered),
                         differing=0, max_abs_diff=0.0, worst_feature=None, worst_event=None)
     if not covered:
         return report
-    entity_df = pd.DataFrame([{**r.entities, ts: r.event_timestamp} for r in covered])
-    histories = point_in_time_histories(open_store(settings), entity_df, contract, tables)
-    for record, history in zip(covered, histories, strict=True):
-        offline = compute_features(contract, history, record.event_timestamp)
+    asked = pd.DataFrame([{**r.entities, ts: pd.Timestamp(r.event_timestamp)} for r in covered])
+    answers = offline_features(settings, contract, asked)[contract.feature_names].to_dict("records")
+    for record, offline in zip(covered, answers, strict=True):
         # A feature the service did not log counts as infinitely different.
         diffs = {name: abs(offline[name] - record.features[name]) if name in record.features else math.inf
                  for name in contract.feature_names}

@@ -1,5 +1,13 @@
-"""The Feast store as the platform uses it: open, publish the offline history tables, and the
-point-in-time join that gives every training row the entity histories serving would have seen.
+"""The Feast store as the platform uses it: open it, publish the offline features, and read the
+offline features of any rows at their own moments.
+
+The offline store is one Parquet table of transactions with their point-in-time features, written
+by the columnar backfill (:mod:`mlops.backfill`); it holds every event once, never a history per
+event. Feast stays the registry and the online store (histories per entity, see
+:mod:`mlops.online_features`). Training reads the backfill's table directly rather than through
+``get_historical_features``: each training row's features are its own transaction's, so the
+point-in-time join would be an identity join on the transaction id, and Feast's local offline store
+(dask, in memory) costs minutes and gigabytes at a million rows (feast#3003).
 
 feast is imported lazily: importing it sets PROMETHEUS_MULTIPROC_DIR and takes seconds. pandas too:
 the prediction service reads only :func:`store_config` from here.
@@ -15,22 +23,12 @@ from urllib.parse import unquote, urlsplit
 import yaml
 
 from mlops.contract import DataContract
-from mlops.errors import FeatureStoreError
-from mlops.features import (
-    EVENTS_FIELD,
-    NEWEST_FIELD,
-    History,
-    build_history_table,
-    compute_features,
-    decode_history,
-)
+from mlops.errors import FeatureStoreError, InputError
 from mlops.settings import Settings
 
 if TYPE_CHECKING:
     import pandas as pd
     from feast import FeatureStore
-
-_ROW = "__row__"
 
 
 def feature_repo_path() -> Path:
@@ -80,116 +78,83 @@ def offline_dir(settings: Settings) -> Path:
     return settings.feast_dir / "data"
 
 
-def history_column(view_name: str, field: str = EVENTS_FIELD) -> str:
-    """The column Feast names a view's field in its answers (full feature names)."""
-    return f"{view_name}__{field}"
+def offline_features_path(settings: Settings) -> Path:
+    """The offline store: every published transaction with its point-in-time features."""
+    from feature_repo.definitions import offline_path
+
+    return offline_path(offline_dir(settings))
 
 
-def publish_features(frame: pd.DataFrame, contract: DataContract, settings: Settings) -> FeatureStore:
-    """Write the offline history tables from raw transactions and apply the feature repo.
+def publish_features(source: Path | pd.DataFrame, contract: DataContract, settings: Settings) -> FeatureStore:
+    """Backfill the features of ``source`` (Parquet file/folder, or a frame) into the offline store
+    and apply the feature repo.
 
     Touches the offline files and the registry only: the online store (what production serves)
     changes through `mlops features materialize` and the service's write-through, never here.
     """
     from feature_repo.definitions import build_definitions
+    from mlops.backfill import backfill_features
 
-    offline_dir(settings).mkdir(parents=True, exist_ok=True)
-    for view in contract.feature_views:
-        build_history_table(frame, contract, view).to_parquet(offline_table_path(settings, view.view_name),
-                                                              index=False)
+    target = offline_features_path(settings)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staged = target.with_name(f".{target.name}.new")
+    if isinstance(source, Path):
+        backfill_features(source, staged, contract, settings)
+    else:
+        raw = target.with_name(f".{target.name}.raw")
+        source.to_parquet(raw, index=False)
+        try:
+            backfill_features(raw, staged, contract, settings)
+        finally:
+            raw.unlink(missing_ok=True)
+    staged.replace(target)  # readers see the old table or the new one, never half of one
     store = open_store(settings)
     store.apply(build_definitions(contract, offline_dir(settings)))
     return store
 
 
-def offline_table_path(settings: Settings, view_name: str) -> Path:
-    from feature_repo.definitions import offline_path
-
-    return offline_path(offline_dir(settings), view_name)
-
-
-def read_offline_tables(settings: Settings, contract: DataContract) -> dict[str, pd.DataFrame]:
-    """The offline history table of every view, as the last preprocess wrote it."""
-    import pandas as pd
-
-    tables = {}
-    for view in contract.feature_views:
-        path = offline_table_path(settings, view.view_name)
-        if not path.exists():
-            raise FeatureStoreError(f"no offline features at {path}; run the training pipeline first")
-        tables[view.view_name] = pd.read_parquet(path)
-    return tables
+def require_offline(settings: Settings) -> Path:
+    path = offline_features_path(settings)
+    if not path.exists():
+        raise FeatureStoreError(f"no offline features at {path}; run the training pipeline first")
+    return path
 
 
-def point_in_time_histories(store: FeatureStore, entity_df: pd.DataFrame, contract: DataContract,
-                            tables: dict[str, pd.DataFrame]) -> list[dict[str, History]]:
-    """For each row of ``entity_df`` (join keys + timestamp), the histories as of its timestamp.
+def offline_features(settings: Settings, contract: DataContract, rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` (entity keys and a time each) plus their features against the offline store.
 
-    Feast's point-in-time join picks, per row and view, the offline history row in force at that
-    time; it returns that row's key (entity, newest event time), and the history is read from
-    ``tables`` (the same offline tables). An entity with no row by then gets an empty history.
+    Each row's features aggregate the stored events strictly before its own time, whether or not
+    the row itself is stored: what training had for a stored transaction, and what the history
+    gave at any other moment. Same rows, same order.
     """
     import pandas as pd
 
-    ts = contract.timestamp_column
-    moments = pd.to_datetime(entity_df[ts], utc=True)
-    per_view: dict[str, list[History]] = {}
-    for view in contract.feature_views:
-        key = contract.entity(view.entity).join_key
-        newest = _newest_event_as_of(store, view.view_name, key, entity_df[key].astype(str), moments, ts)
-        table = tables[view.view_name]
-        row_keys = zip(table[key].astype(str), table[NEWEST_FIELD].astype("int64"), strict=True)
-        stored = dict(zip(row_keys, table[EVENTS_FIELD], strict=True))
-        histories = []
-        for entity, when in zip(entity_df[key].astype(str), newest, strict=True):
-            if when is None:
-                histories.append(decode_history(view, None))
-                continue
-            text = stored.get((entity, when))
-            if text is None:
-                raise FeatureStoreError(f"{view.view_name}: the offline table has no history row for "
-                                        f"{key}={entity} at {when} µs that the store joined")
-            histories.append(decode_history(view, text))
-        per_view[view.view_name] = histories
-    return [{name: per_view[name][i] for name in per_view} for i in range(len(entity_df))]
+    from mlops.backfill.duckdb_engine import connection, features_at, parquet_scan
+
+    path = require_offline(settings)
+    missing = [c for c in [contract.timestamp_column, *(e.join_key for e in contract.entities)]
+               if c not in rows.columns]
+    if missing:
+        raise InputError(f"the rows have no column(s) {', '.join(missing)}", field=missing[0])
+    queries = rows[[contract.timestamp_column, *(e.join_key for e in contract.entities)]].assign(
+        __query=range(len(rows)))
+    with connection(settings.feast_dir / ".query.spill") as con:
+        con.register("queries", queries)
+        answer = con.sql(features_at(contract, parquet_scan(path), "queries") + " ORDER BY __query").df()
+    features = answer[contract.feature_names].astype("float64").set_axis(rows.index)
+    enriched: pd.DataFrame = pd.concat([rows, features], axis=1)
+    return enriched
 
 
-def _newest_event_as_of(store: FeatureStore, view_name: str, key: str, entities: pd.Series,
-                        moments: pd.Series, ts: str) -> list[int | None]:
-    """Per row, the key (newest event, µs) of the entity's history row in force at its moment.
-
-    One view per query: Feast drops entity rows that share this view's join key and timestamp,
-    so each query asks for distinct (entity, moment) pairs of one view only and maps them back.
-    """
+def offline_end(settings: Settings, contract: DataContract) -> pd.Timestamp | None:
+    """The newest event time in the offline store (None when it holds no rows)."""
     import pandas as pd
 
-    wanted = pd.DataFrame({key: entities.to_numpy(), ts: moments.to_numpy()})
-    request = wanted.drop_duplicates().reset_index(drop=True)
-    request[_ROW] = range(len(request))
-    answer = store.get_historical_features(entity_df=request, features=[f"{view_name}:{NEWEST_FIELD}"],
-                                           full_feature_names=True).to_df()
-    if len(answer) != len(request) or set(answer[_ROW]) != set(request[_ROW]):
-        raise FeatureStoreError(f"feature store answered {len(answer)} rows for {len(request)} "
-                                f"entity rows of {view_name}")
-    column = answer.set_index(_ROW)[history_column(view_name, NEWEST_FIELD)]
-    newest_by_pair = {
-        (entity, moment): None if pd.isna(when) else int(when)
-        for entity, moment, when in zip(request[key], request[ts], column.loc[request[_ROW]], strict=True)
-    }
-    return [newest_by_pair[pair] for pair in zip(wanted[key], wanted[ts], strict=True)]
+    from mlops.backfill.duckdb_engine import connection, parquet_scan
+    from mlops.backfill.window_sql import quoted
 
-
-def training_features(store: FeatureStore, frame: pd.DataFrame, contract: DataContract,
-                      tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """``frame`` plus its point-in-time features, same rows in the same order.
-
-    Each row's features aggregate the entity's events strictly before its own timestamp.
-    """
-    import pandas as pd
-
-    ts = contract.timestamp_column
-    histories = point_in_time_histories(store, frame, contract, tables)
-    moments = pd.to_datetime(frame[ts], utc=True)
-    rows = [compute_features(contract, h, t) for h, t in zip(histories, moments, strict=True)]
-    features = pd.DataFrame.from_records(rows, columns=contract.feature_names, index=frame.index)
-    return pd.concat([frame, features.astype("float64")], axis=1)
+    path = require_offline(settings)
+    with connection(settings.feast_dir / ".query.spill") as con:
+        [(newest,)] = con.sql(f"SELECT max(epoch_us(CAST({quoted(contract.timestamp_column)} AS TIMESTAMPTZ))) "
+                              f"FROM {parquet_scan(path)}").fetchall()
+    return None if newest is None else pd.Timestamp(newest, unit="us", tz="UTC")

@@ -5,11 +5,12 @@ feature view aggregates. At event time t a window feature aggregates the entity'
 [t - window, t): the current transaction, and any other of the same instant, are excluded, so the
 order in which same-instant events arrive never matters. Time features encode t itself.
 
-:func:`compute_features` is the one definition. Training calls it on the history Feast's
-point-in-time join returns for each row; serving calls it on the history the online store holds,
-which every scored transaction extends (:func:`append_event`). A history keeps the events of the
-longest window before its newest event plus the events of the instant just before the newest, so
-"seconds since the previous transaction" stays exact however long ago that was.
+:func:`compute_features` is the one definition. Serving calls it on the history the online store
+holds, which every scored transaction extends (:func:`append_event`); the offline backfill
+(:mod:`mlops.backfill`) is the same definition in SQL, held equal to this one by a property test.
+A history keeps the events of the longest window before its newest event plus the events of the
+instant just before the newest, so "seconds since the previous transaction" stays exact however
+long ago that was.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import orjson
 
 from mlops.contract import DataContract, FeatureSpec, FeatureViewSpec
@@ -30,11 +30,9 @@ from mlops.contract import DataContract, FeatureSpec, FeatureViewSpec
 if TYPE_CHECKING:
     import pandas as pd
 
-# A history is stored (offline and online) as one compact JSON string: Feast's file offline store
-# (dask) tokenizes object columns by pickling them, which made list columns 500 times slower.
+# A history is stored online as one compact JSON string (Redis and SQLite hold strings).
 EVENTS_FIELD = "events"
-# The time of the history's newest event (microseconds): with the entity key it names an offline
-# row, so a point-in-time join can fetch this small integer and read the JSON from the table.
+# The time of the history's newest event (microseconds), stored beside it.
 NEWEST_FIELD = "newest_event_us"
 _IDS, _TIMES, _VALUES = "ids", "times", "values"  # times: microseconds since the Unix epoch, UTC
 _MICROS = 1_000_000
@@ -81,7 +79,7 @@ class History:
 
 
 def stored_fields(view: FeatureViewSpec, history: History) -> dict[str, Any]:
-    """The fields a non-empty history is stored as (offline row and online value alike)."""
+    """The fields a non-empty history is stored as (an online value)."""
     return {EVENTS_FIELD: history.encode(view), NEWEST_FIELD: history.times[-1]}
 
 
@@ -208,42 +206,6 @@ def merge_histories(view: FeatureViewSpec, current: History, incoming: History) 
     seen = set(current.ids)
     extra = [e for e in _events(view, incoming) if e[1] not in seen]
     return _pruned(view, [*_events(view, current), *extra])
-
-
-def build_history_table(frame: pd.DataFrame, contract: DataContract, view: FeatureViewSpec) -> pd.DataFrame:
-    """The offline table of a view: per entity and distinct event time s, the history as of s.
-
-    Equal to what the online store holds after that entity's events up to s were appended in
-    any order, so the point-in-time join as of t gives training the history serving sees at t.
-    """
-    import pandas as pd  # not at import time: the service never builds tables
-
-    key = contract.entity(view.entity).join_key
-    ts, row_id = contract.timestamp_column, contract.id_column
-    horizon_us = int(view.history_horizon.total_seconds() * _MICROS)
-    data = pd.DataFrame({
-        key: frame[key].astype(str).to_numpy(),
-        "_t": pd.to_datetime(frame[ts], utc=True).astype("int64").to_numpy() // 1_000,
-        "_id": frame[row_id].astype(str).to_numpy(),
-        **{f"_v_{c}": frame[c].to_numpy(dtype="float64") for c in view.value_columns},
-    }).sort_values([key, "_t", "_id"], kind="stable")
-    records: list[dict[str, Any]] = []
-    for entity, group in data.groupby(key, sort=False):
-        times = group["_t"].to_numpy()
-        ids = group["_id"].tolist()
-        values = {c: group[f"_v_{c}"].tolist() for c in view.value_columns}
-        distinct = np.unique(times)
-        for n, instant in enumerate(distinct):
-            end = int(np.searchsorted(times, instant, side="right"))
-            start = int(np.searchsorted(times, instant - horizon_us, side="left"))
-            if n > 0:  # the events of the previous instant are kept whatever their age
-                start = min(start, int(np.searchsorted(times, distinct[n - 1], side="left")))
-            history = History(ids=tuple(ids[start:end]), times=tuple(times[start:end].tolist()),
-                              values={c: tuple(v[start:end]) for c, v in values.items()})
-            records.append({key: str(entity), ts: int(instant), **stored_fields(view, history)})
-    table = pd.DataFrame.from_records(records, columns=[key, ts, EVENTS_FIELD, NEWEST_FIELD])
-    table[ts] = pd.to_datetime(table[ts].astype("int64"), unit="us", utc=True)
-    return table.sort_values([ts, key], kind="stable").reset_index(drop=True)
 
 
 def replay_features(frame: pd.DataFrame, contract: DataContract) -> pd.DataFrame:

@@ -32,7 +32,8 @@ from mlops.settings import Settings
 from mlops.sqlite_online import OnlineRow, SqliteOnlineRows
 
 if TYPE_CHECKING:
-    import pandas as pd
+    from pathlib import Path
+
     from feast import FeatureStore
 
 _LOCK_STRIPES = 256
@@ -212,64 +213,53 @@ class OnlineFeatures:
     def close(self) -> None:
         self.rows.close()
 
-    def materialize(self, store: FeatureStore, end: datetime, offline: Mapping[str, pd.DataFrame]) -> dict[str, int]:
-        """Merge the offline histories as of ``end`` into the online store; rows written per view.
+    def materialize(self, store: FeatureStore, end: datetime, offline: Path) -> dict[str, int]:
+        """Merge each entity's history as of ``end`` from the offline table into the online store.
 
-        ``offline`` maps view names to their offline history tables. Incremental: a view only
-        reads rows after its last materialized end, and the interval is recorded in ``store``'s registry.
+        Incremental: only entities with an event after the view's last materialized end are read,
+        and the interval is recorded in ``store``'s registry. Streams: DuckDB computes each
+        entity's kept events (:func:`mlops.backfill.latest_state.latest_histories`) and they are
+        merged and written a batch of entities at a time. Returns the entities written per view.
         """
-        import pandas as pd
+        from mlops.backfill.latest_state import latest_histories
 
-        ts = self.contract.timestamp_column
         written: dict[str, int] = {}
         for name, view in self._views.items():
             feature_view = store.get_feature_view(name)
             start = feature_view.most_recent_end_time
-            table = offline[name]
-            stamps = pd.to_datetime(table[ts], utc=True)
-            chosen = stamps <= _aware(end)
-            if start is not None:
-                chosen &= stamps > _aware(start)
-            latest = table[chosen].sort_values(ts, kind="stable").drop_duplicates(self._keys[name], keep="last")
-            written[name] = self._merge_rows(view, latest)
+            count = 0
+            with _store_call("offline read"):
+                batches = latest_histories(offline, self.contract, view, end, start, batch=_MATERIALIZE_BATCH)
+                for batch in batches:
+                    self._merge_histories(view, batch)
+                    count += len(batch)
+            written[name] = count
             with _store_call("registry update"):
-                store.registry.apply_materialization(feature_view, store.project,
-                                                     start or stamps.min().to_pydatetime(), end)
+                store.registry.apply_materialization(feature_view, store.project, start or _EPOCH, end)
         return written
 
-    def _merge_rows(self, view: FeatureViewSpec, latest: pd.DataFrame) -> int:
+    def _merge_histories(self, view: FeatureViewSpec, latest: Sequence[tuple[str, History]]) -> None:
         key = self._keys[view.view_name]
-        records = latest.to_dict(orient="records")
-        for offset in range(0, len(records), _MATERIALIZE_BATCH):
-            batch = records[offset:offset + _MATERIALIZE_BATCH]
-            entities = [str(r[key]) for r in batch]
-            with self.entities_locked((key, e) for e in entities):
-                current = self._read_view(view, entities)
-                merged = [self._row(view, entity, merge_histories(view, online, decode_history(view, r[EVENTS_FIELD])))
-                          for entity, r, online in zip(entities, batch, current, strict=True)]
-                with _store_call("write"):
-                    self.rows.write(merged)
-        return len(records)
+        entities = [entity for entity, _ in latest]
+        with self.entities_locked((key, e) for e in entities):
+            current = self._read_view(view, entities)
+            merged = [self._row(view, entity, merge_histories(view, online, history))
+                      for (entity, history), online in zip(latest, current, strict=True)]
+            with _store_call("write"):
+                self.rows.write(merged)
 
 
 def _utc(micros: int) -> datetime:
     return _EPOCH + timedelta(microseconds=micros)
 
 
-def _aware(moment: datetime) -> pd.Timestamp:
-    import pandas as pd
-
-    stamp = pd.Timestamp(moment)
-    return stamp.tz_localize(UTC) if stamp.tzinfo is None else stamp.tz_convert(UTC)
-
-
 def materialize_online(settings: Settings, contract: DataContract, end: datetime) -> dict[str, int]:
     """`mlops features materialize`: merge the offline histories as of ``end`` into the online store."""
-    from mlops.feature_store import open_store, read_offline_tables
+    from mlops.feature_store import open_store, require_offline
 
-    tables = read_offline_tables(settings, contract)
+    offline = require_offline(settings)
     store = open_store(settings)
-    return OnlineFeatures(FeastOnlineRows(store), contract).materialize(store, end, tables)
+    return OnlineFeatures(FeastOnlineRows(store), contract).materialize(store, end, offline)
 
 
 def open_online_features(settings: Settings, contract: DataContract) -> OnlineFeatures:

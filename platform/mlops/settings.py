@@ -112,6 +112,8 @@ class Settings(BaseSettings):
     online_store: Literal["sqlite", "redis"] = Field(
         default="sqlite", description="Feast's online store: embedded SQLite under home, or Redis at redis_url.")
     redis_url: SecretStr | None = Field(default=None, description="redis://[:password@]host:port/db")
+    feature_engine: Literal["duckdb", "spark"] = Field(
+        default="duckdb", description="Feature backfill and batch scoring: embedded DuckDB, or Apache Spark.")
     tracking_http_retries: int | None = Field(
         default=None, ge=0, le=10, description="Retries of each MLflow HTTP call (MLflow's default, 7 with "
         "backoff, takes about 4 minutes to report a dead tracking server).")

@@ -26,7 +26,7 @@ from mlops import registry
 from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
 from mlops.errors import PipelineError
-from mlops.feature_store import open_store, read_offline_tables, training_features
+from mlops.feature_store import offline_features
 from mlops.inference import OnnxModel
 from mlops.online_features import materialize_online
 from mlops.prediction_log import log_dir, read_predictions
@@ -174,8 +174,7 @@ def test_replayed_test_split_matches_offline_features_and_scores_without_skew(
         process.terminate()
         process.wait(timeout=30)
     logged = {r.event_id: r for r in read_predictions(log_dir(settings))}
-    tables = read_offline_tables(settings, contract)
-    offline = training_features(open_store(settings), platform.data, contract, tables)
+    offline = offline_features(settings, contract, platform.data)
     offline = offline.set_index(contract.id_column).loc[test[contract.id_column]]
     served = pd.DataFrame([logged[i].features for i in offline.index], index=offline.index)[contract.feature_names]
     assert len(served) == len(test)

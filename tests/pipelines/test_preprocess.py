@@ -14,7 +14,7 @@ from mlops.contract import DataContract
 from mlops.data.generator import generate_transactions
 from mlops.online_features import open_online_features
 from mlops.settings import Settings
-from pipelines.steps.preprocess import SPLITS, SplitSummary, preprocess, time_split
+from pipelines.steps.preprocess import SPLITS, SplitSummary, preprocess, split_file, time_split
 
 TS = "event_timestamp"
 ID = "transaction_id"
@@ -152,3 +152,18 @@ def test_preprocess_leaves_the_online_store_alone(preprocessed: Preprocessed, co
     histories = online.read({"customer_id": str(last["customer_id"]), "merchant_id": str(last["merchant_id"])})
     assert all(len(h) == 0 for h in histories.values())
     assert preprocessed.settings.feast_dir.is_relative_to(preprocessed.settings.resolved_home)
+
+
+@pytest.mark.parametrize("n_rows", [100, 1237])
+def test_splitting_a_file_equals_splitting_the_frame(contract: DataContract, tmp_path: Path, n_rows: int) -> None:
+    """The out-of-core split of a Parquet table gives the rows, order and summaries of the in-memory one."""
+    frame = generate_transactions(n_rows, seed=3)
+    frame[TS] = frame[TS].dt.floor("6h")  # many same-instant rows: the order between them is by id
+    frame.sample(frac=1.0, random_state=2).to_parquet(tmp_path / "table.parquet", index=False)
+    summaries = split_file(tmp_path / "table.parquet", contract, tmp_path / "splits")
+    for summary, (name, expected) in zip(summaries, time_split(frame, contract).items(), strict=True):
+        got = pd.read_parquet(tmp_path / "splits" / f"{name}.parquet")
+        pd.testing.assert_frame_equal(got, expected)
+        assert (summary.name, summary.rows, summary.positives) == (name, len(expected),
+                                                                   int(expected["is_fraud"].sum()))
+        assert (summary.start, summary.end) == (str(expected[TS].min()), str(expected[TS].max()))

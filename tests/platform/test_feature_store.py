@@ -14,7 +14,7 @@ import pytest
 from mlops.contract import DataContract
 from mlops.data.generator import generate_transactions
 from mlops.errors import FeatureStoreError
-from mlops.feature_store import open_store, publish_features, read_offline_tables, training_features
+from mlops.feature_store import offline_features, open_store, publish_features
 from mlops.features import compute_features
 from mlops.online_features import FeastOnlineRows, OnlineEvent, OnlineFeatures, materialize_online, open_online_features
 from mlops.settings import Settings
@@ -33,8 +33,8 @@ class Published:
 def published(tmp_path_factory: pytest.TempPathFactory, contract: DataContract) -> Published:
     settings = Settings(home=tmp_path_factory.mktemp("store"))
     frame = generate_transactions(1500, seed=21)
-    store = publish_features(frame, contract, settings)
-    offline = training_features(store, frame, contract, read_offline_tables(settings, contract))
+    publish_features(frame, contract, settings)
+    offline = offline_features(settings, contract, frame)
     return Published(settings, frame, offline)
 
 

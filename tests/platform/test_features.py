@@ -1,6 +1,6 @@
 """Window features against a brute-force recomputation from raw rows, over random transaction
-streams (hypothesis): offline through Feast's point-in-time join, and online through the real
-SQLite online store with write-through, event by event."""
+streams (hypothesis): offline through the columnar backfill (DuckDB) and the offline store, and
+online through the real SQLite online store with write-through, event by event."""
 
 from __future__ import annotations
 
@@ -18,12 +18,14 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
+from mlops.backfill.duckdb_engine import backfill_duckdb
+from mlops.backfill.latest_state import latest_histories
 from mlops.contract import DataContract, FeatureSpec, FeatureViewSpec
-from mlops.feature_store import publish_features, read_offline_tables, training_features
+from mlops.errors import InputError
+from mlops.feature_store import offline_features, publish_features
 from mlops.features import (
     History,
     append_event,
-    build_history_table,
     compute_features,
     decode_history,
     empty_history,
@@ -43,6 +45,13 @@ _OFFSETS = st.integers(min_value=0, max_value=24 * 12).map(lambda n: timedelta(m
 _EVENT = st.tuples(st.sampled_from(["c1", "c2", "c3"]), st.sampled_from(["m1", "m2"]), _OFFSETS,
                    st.integers(min_value=1, max_value=500_000).map(lambda cents: cents / 100))
 STREAMS = st.lists(_EVENT, min_size=1, max_size=25)
+# Days and the 7-day and 30-day edges, exactly and one microsecond either side, mixed with half hours.
+_EDGES = [timedelta(days=d) + timedelta(microseconds=u) for d in (7, 30) for u in (-1, 0, 1)]
+_WIDE_OFFSETS = st.one_of(_OFFSETS, st.integers(min_value=0, max_value=40).map(lambda d: timedelta(days=d)),
+                          st.sampled_from(_EDGES))
+WIDE_STREAMS = st.lists(st.tuples(st.sampled_from(["c1", "c2", "c3"]), st.sampled_from(["m1", "m2"]), _WIDE_OFFSETS,
+                                  st.integers(min_value=1, max_value=500_000).map(lambda cents: cents / 100)),
+                        min_size=1, max_size=30)
 
 
 def stream_frame(events: list[tuple[str, str, timedelta, float]], prefix: str = "") -> pd.DataFrame:
@@ -77,7 +86,7 @@ def brute_force(frame: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
                     "sum": math.fsum(amounts), "max": max(amounts, default=0.0),
                     "mean": math.fsum(amounts) / len(amounts) if amounts else 0.0,
                 }[feature.agg]
-        hour = t.hour + t.minute / 60 + t.second / 3600
+        hour = t.hour + t.minute / 60 + (t.second + t.microsecond / 1e6) / 3600
         day = t.dayofweek + hour / 24
         values |= {"hour_of_day_sin": math.sin(2 * math.pi * hour / 24),
                    "hour_of_day_cos": math.cos(2 * math.pi * hour / 24),
@@ -103,27 +112,38 @@ def test_the_current_transaction_and_its_instant_are_excluded(contract: DataCont
     assert expected["customer_seconds_since_previous"].tolist() == [2_592_000.0, 2_592_000.0, 1800.0, 1800.0]
 
 
-def features_from_history_tables(frame: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
-    """Each row's features from the offline history rows, picked as of it the way the join picks them."""
-    tables = {v.view_name: build_history_table(frame, contract, v) for v in contract.feature_views}
-    got = []
-    for _, row in frame.iterrows():
-        histories = {}
-        for view in contract.feature_views:
-            key = contract.entity(view.entity).join_key
-            table = tables[view.view_name]
-            in_force = table[(table[key] == row[key]) & (table[TS] <= row[TS])]
-            histories[view.view_name] = decode_history(view, in_force.iloc[-1]["events"])
-        got.append(compute_features(contract, histories, row[TS]))
-    return pd.DataFrame(got, index=frame.index)
+def backfilled(frame: pd.DataFrame, contract: DataContract, folder: Path) -> pd.DataFrame:
+    """Each row's features from the DuckDB backfill of ``frame``, indexed like ``frame``."""
+    source, out = folder / "raw.parquet", folder / "features.parquet"
+    frame.to_parquet(source, index=False)
+    backfill_duckdb(source, out, contract)
+    table = pd.read_parquet(out)
+    assert sorted(table["transaction_id"]) == sorted(frame["transaction_id"])
+    by_id = table.set_index("transaction_id").loc[frame["transaction_id"]]
+    return by_id[contract.feature_names].set_axis(frame.index)
 
 
 @hypothesis_settings(max_examples=60, deadline=None)
-@given(events=STREAMS)
-def test_history_table_as_of_each_row_matches_brute_force(contract: DataContract,
-                                                          events: list[tuple[str, str, timedelta, float]]) -> None:
+@given(events=WIDE_STREAMS)
+def test_backfill_equals_brute_force_and_the_per_event_online_computation(
+        contract: DataContract, tmp_path_factory: pytest.TempPathFactory,
+        events: list[tuple[str, str, timedelta, float]]) -> None:
     frame = stream_frame(events)
-    assert_features_equal(features_from_history_tables(frame, contract), brute_force(frame, contract))
+    got = backfilled(frame, contract, tmp_path_factory.mktemp("backfill"))
+    assert_features_equal(got, brute_force(frame, contract))
+    assert_features_equal(got, replay_features(frame.sample(frac=1.0, random_state=0), contract).loc[frame.index])
+
+
+def test_backfill_keeps_every_input_column_and_names_a_missing_one(contract: DataContract, tmp_path: Path) -> None:
+    frame = stream_frame(EDGE_STREAM).assign(channel="pos")
+    frame.to_parquet(tmp_path / "raw.parquet", index=False)
+    backfill_duckdb(tmp_path / "raw.parquet", tmp_path / "out.parquet", contract)
+    table = pd.read_parquet(tmp_path / "out.parquet")
+    assert list(table.columns) == [*frame.columns, *contract.feature_names]
+    assert (table[contract.feature_names].dtypes == "float64").all()
+    frame.drop(columns="amount").to_parquet(tmp_path / "no_amount.parquet", index=False)
+    with pytest.raises(InputError, match="no column\\(s\\) amount"):
+        backfill_duckdb(tmp_path / "no_amount.parquet", tmp_path / "never.parquet", contract)
 
 
 # One stream that sits on every edge (a deterministic, fast counterpart of the hypothesis tests, for
@@ -162,11 +182,11 @@ def _assert_edge_stream_values(expected: pd.DataFrame) -> None:
         CAP, CAP, 864_000.0 + 3_600.0, 864_000.0 + 3_600.0, 90_000.0, 86_400.0 + 1.0, 518_400.0, CAP, 2_505_600.0]
 
 
-def test_edge_stream_online_and_offline_paths_match_brute_force(contract: DataContract) -> None:
+def test_edge_stream_online_and_offline_paths_match_brute_force(contract: DataContract, tmp_path: Path) -> None:
     frame = stream_frame(EDGE_STREAM)
     expected = brute_force(frame, contract)
     assert_features_equal(replay_features(frame.sample(frac=1.0, random_state=1), contract).loc[frame.index], expected)
-    assert_features_equal(features_from_history_tables(frame, contract), expected)
+    assert_features_equal(backfilled(frame, contract, tmp_path), expected)
 
 
 def test_history_keeps_the_horizon_and_the_previous_instant(contract: DataContract) -> None:
@@ -222,28 +242,31 @@ def test_a_view_over_two_columns_keeps_each_columns_values() -> None:
     assert decode_history(view, history.encode(view)) == history
 
 
-def test_offline_history_rows_are_the_online_histories(contract: DataContract) -> None:
-    """Per entity and instant, the offline row holds what write-through left online after that instant."""
-    # Whole amounts, as a CSV of them reads: integers, stored like the floats serving writes.
-    frame = stream_frame(EDGE_STREAM).assign(amount=lambda f: f["amount"].round().astype("int64"))
+@hypothesis_settings(max_examples=30, deadline=None)
+@given(events=WIDE_STREAMS, cut=st.integers(min_value=0, max_value=29))
+def test_newest_state_per_entity_is_the_write_through_history(
+        contract: DataContract, tmp_path_factory: pytest.TempPathFactory,
+        events: list[tuple[str, str, timedelta, float]], cut: int) -> None:
+    """What materialization loads for an entity as of T is what write-through left after its events up to T."""
+    frame = stream_frame(events)
+    end = sorted(frame[TS])[min(cut, len(frame) - 1)]
+    folder = tmp_path_factory.mktemp("state")
+    frame.to_parquet(folder / "offline.parquet", index=False)
     for view in contract.feature_views:
         key = contract.entity(view.entity).join_key
-        table = build_history_table(frame, contract, view)
-        assert list(table.columns) == [key, TS, "events", "newest_event_us"]
-        online: dict[str, History] = {}
-        expected = []
-        for (entity_key, instant), group in frame.groupby([key, TS], sort=True):
-            entity = str(entity_key)
-            history = online.get(entity, empty_history(view))
-            for _, row in group.iterrows():
-                history = append_event(view, history, row["transaction_id"], to_micros(row[TS]),
-                                       {"amount": float(row["amount"])}) or history
-            online[entity] = history
-            expected.append({key: entity, TS: instant, **stored_fields(view, history)})
-        expected.sort(key=lambda r: (r[TS], r[key]))
-        assert table.to_dict("records") == expected
-        empty = build_history_table(frame.iloc[:0], contract, view)
-        assert (len(empty), list(empty.columns)) == (0, [key, TS, "events", "newest_event_us"])
+        expected: dict[str, History] = {}
+        for _, row in frame[frame[TS] <= end].sample(frac=1.0, random_state=cut).iterrows():
+            history = expected.get(row[key], empty_history(view))
+            expected[row[key]] = append_event(view, history, row["transaction_id"], to_micros(row[TS]),
+                                              {"amount": float(row["amount"])}) or history
+        batches = list(latest_histories(folder / "offline.parquet", contract, view, end.to_pydatetime(), None,
+                                        batch=2))
+        assert all(len(b) <= 2 for b in batches)
+        assert dict(pair for b in batches for pair in b) == expected
+        later = frame[TS][frame[TS] <= end].max() - timedelta(microseconds=1)
+        touched = {e for b in latest_histories(folder / "offline.parquet", contract, view, end.to_pydatetime(),
+                                               later.to_pydatetime(), batch=100) for e, _ in b}
+        assert touched == set(frame[(frame[TS] > later) & (frame[TS] <= end)][key])
 
 
 def test_times_do_not_depend_on_the_machines_zone(contract: DataContract, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -286,14 +309,18 @@ def feast_home(tmp_path_factory: pytest.TempPathFactory) -> Settings:
 
 @hypothesis_settings(max_examples=8, deadline=None)
 @given(events=STREAMS)
-def test_offline_point_in_time_features_through_feast_match_brute_force(
+def test_offline_features_through_the_offline_store_match_brute_force(
         contract: DataContract, feast_home: Settings, events: list[tuple[str, str, timedelta, float]]) -> None:
+    """Stored rows get their own features; a moment the store never saw gets the history's then."""
     frame = stream_frame(events)
-    store = publish_features(frame, contract, feast_home)
-    enriched = training_features(store, frame, contract, read_offline_tables(feast_home, contract))
-    assert len(enriched) == len(frame)
+    publish_features(frame, contract, feast_home)
+    enriched = offline_features(feast_home, contract, frame)
     assert enriched["transaction_id"].tolist() == frame["transaction_id"].tolist()
     assert_features_equal(enriched[contract.feature_names], brute_force(frame, contract))
+    unseen = frame.assign(transaction_id="new", **{TS: frame[TS] + timedelta(minutes=1)})
+    both = pd.concat([frame, unseen.iloc[:1]], ignore_index=True)
+    assert_features_equal(offline_features(feast_home, contract, unseen.iloc[:1])[contract.feature_names],
+                          brute_force(both, contract).iloc[-1:].set_axis(unseen.index[:1]))
 
 
 @pytest.fixture(scope="module")

@@ -50,10 +50,9 @@ def _time_split(frame: pd.DataFrame, contract: DataContract) -> tuple[pd.DataFra
 def build_platform(settings: Settings) -> ServedPlatform:
     contract = load_contract(settings.contract_path)
     transactions = generate_transactions(N_ROWS, seed=SEED)
-    store = feature_store.publish_features(transactions, contract, settings)
+    feature_store.publish_features(transactions, contract, settings)
     materialize_online(settings, contract, transactions[contract.timestamp_column].max().to_pydatetime())
-    tables = feature_store.read_offline_tables(settings, contract)
-    train, val, test = _time_split(feature_store.training_features(store, transactions, contract, tables), contract)
+    train, val, test = _time_split(feature_store.offline_features(settings, contract, transactions), contract)
 
     params = TrainParams.from_settings(settings)
     result = train_model(train, val, contract, params)

@@ -1,0 +1,99 @@
+"""The embedded backfill engine: DuckDB, out of core, memory bounded.
+
+One SQL statement reads the raw Parquet, computes every feature with window functions
+(:mod:`mlops.backfill.window_sql`) and writes Parquet; DuckDB sorts and spills to a temporary
+folder beside the output, so memory stays under ``MEMORY_LIMIT`` whatever the data's size, and
+no row ever becomes a Python object.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mlops.backfill.window_sql import EVENT_FLAG, TIME_COLUMN, feature_selects, quoted
+from mlops.contract import DataContract
+from mlops.errors import InputError
+
+if TYPE_CHECKING:
+    import duckdb
+
+# DuckDB's own bound (sorts and windows spill beyond it); the process adds Python and Arrow on top.
+MEMORY_LIMIT = os.environ.get("MLOPS_DUCKDB_MEMORY_LIMIT", "2GB")
+
+
+@contextmanager
+def connection(spill_dir: Path) -> Iterator[duckdb.DuckDBPyConnection]:
+    """An in-memory DuckDB with bounded memory, spilling under ``spill_dir`` (removed afterwards)."""
+    import duckdb
+
+    spill_dir.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect(config={"memory_limit": MEMORY_LIMIT, "threads": os.cpu_count() or 1,
+                                 "temp_directory": str(spill_dir), "preserve_insertion_order": False})
+    try:
+        yield con
+    finally:
+        con.close()
+        shutil.rmtree(spill_dir, ignore_errors=True)
+
+
+def parquet_scan(source: Path) -> str:
+    """A ``read_parquet`` of a file or of every Parquet file under a folder."""
+    if not source.exists():
+        raise InputError(f"no Parquet data at {source}", field="source")
+    pattern = str(source / "**" / "*.parquet") if source.is_dir() else str(source)
+    return "read_parquet('" + pattern.replace("'", "''") + "')"
+
+
+def timed_rows(contract: DataContract, relation: str) -> str:
+    """``relation`` with its event time in microseconds added as ``__t_us``."""
+    moment = quoted(contract.timestamp_column)
+    return f"SELECT *, epoch_us(CAST({moment} AS TIMESTAMPTZ)) AS {TIME_COLUMN} FROM {relation}"
+
+
+def check_columns(con: duckdb.DuckDBPyConnection, relation: str, needed: list[str]) -> None:
+    present = {row[0] for row in con.sql(f"DESCRIBE SELECT * FROM {relation}").fetchall()}
+    missing = [c for c in needed if c not in present]
+    if missing:
+        raise InputError(f"the data has no column(s) {', '.join(missing)}", field=missing[0])
+
+
+def needed_columns(contract: DataContract) -> list[str]:
+    """The raw columns the features read: id, time, every entity key and aggregated column."""
+    keys = [contract.entity(v.entity).join_key for v in contract.feature_views]
+    values = [c for v in contract.feature_views for c in v.value_columns]
+    return list(dict.fromkeys([contract.id_column, contract.timestamp_column, *keys, *values]))
+
+
+def backfill_duckdb(source: Path, out: Path, contract: DataContract) -> None:
+    """Every row of ``source`` with its point-in-time features (float64, contract names) into ``out``."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    scan = parquet_scan(source)
+    with connection(out.parent / f".{out.name}.spill") as con:
+        check_columns(con, scan, needed_columns(contract))
+        select = ", ".join(feature_selects(contract))
+        target = str(out).replace("'", "''")
+        con.execute(f"COPY (SELECT * EXCLUDE ({TIME_COLUMN}), {select} FROM ({timed_rows(contract, scan)})) "
+                    f"TO '{target}' (FORMAT parquet, ROW_GROUP_SIZE 122880)")
+
+
+def features_at(contract: DataContract, events: str, queries: str) -> str:
+    """SQL: per row of ``queries`` (its ``__query`` number, entity keys and time), its features
+    against the rows of ``events``, as ``__query`` plus one column per feature.
+
+    A query row is never counted as an event, so a moment the events table does not hold (a live
+    request) gets the features the entity's history gave at that moment.
+    """
+    names = needed_columns(contract)[1:]  # the id plays no part in a feature
+    keys = {contract.timestamp_column, *(contract.entity(v.entity).join_key for v in contract.feature_views)}
+    event_columns = ", ".join(quoted(c) for c in names)
+    query_columns = ", ".join(quoted(c) if c in keys else f"NULL AS {quoted(c)}" for c in names)
+    union = (f"SELECT {event_columns}, TRUE AS {EVENT_FLAG}, NULL::BIGINT AS __query FROM {events} "
+             f"UNION ALL SELECT {query_columns}, FALSE, __query FROM {queries}")
+    select = ", ".join(feature_selects(contract, events_only=True))
+    return (f"SELECT __query, {select} FROM ({timed_rows(contract, f'({union})')}) "
+            f"QUALIFY NOT {EVENT_FLAG}")

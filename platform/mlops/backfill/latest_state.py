@@ -1,0 +1,73 @@
+"""Each entity's newest state from the offline table: the history the online store holds after
+the entity's events up to a moment, computed in DuckDB and streamed a batch of entities at a time.
+
+A history keeps the events of the view's horizon before its newest event plus those of the
+instant just before the newest (see :mod:`mlops.features`); this selects exactly those rows, in
+(time, id) order, so no Python object ever holds more than one batch of entities.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+from mlops.backfill.duckdb_engine import connection, parquet_scan, timed_rows
+from mlops.backfill.window_sql import TIME_COLUMN, quoted
+from mlops.contract import DataContract, FeatureViewSpec
+from mlops.features import History, to_micros
+
+_MICROS = 1_000_000
+_FETCH_ROWS = 100_000
+
+
+def latest_state_sql(contract: DataContract, view: FeatureViewSpec, source: str, end_us: int,
+                     start_us: int | None) -> str:
+    """SQL: the kept events (key, time, id, values) of every entity with an event in (start, end]."""
+    key, row_id = quoted(contract.entity(view.entity).join_key), quoted(contract.id_column)
+    values = "".join(f", CAST({quoted(c)} AS DOUBLE) AS {quoted(c)}" for c in view.value_columns)
+    horizon = int(view.history_horizon.total_seconds() * _MICROS)
+    touched = "" if start_us is None else f" HAVING max(t) > {start_us}"
+    return f"""
+        WITH ev AS (SELECT {key} AS k, {TIME_COLUMN} AS t, CAST({row_id} AS VARCHAR) AS id{values}
+                    FROM ({timed_rows(contract, source)}) WHERE {TIME_COLUMN} <= {end_us}),
+             newest AS (SELECT k, max(t) AS newest FROM ev GROUP BY k{touched}),
+             previous AS (SELECT ev.k, max(ev.t) AS previous FROM ev JOIN newest USING (k)
+                          WHERE ev.t < newest.newest GROUP BY ev.k)
+        SELECT ev.* FROM ev JOIN newest USING (k) LEFT JOIN previous USING (k)
+        WHERE ev.t >= least(coalesce(previous.previous, newest.newest), newest.newest - {horizon})
+        ORDER BY ev.k, ev.t, ev.id"""
+
+
+def latest_histories(offline: Path, contract: DataContract, view: FeatureViewSpec, end: datetime,
+                     start: datetime | None, *, batch: int) -> Iterator[list[tuple[str, History]]]:
+    """(entity, history as of ``end``) of every entity with an event after ``start``, ``batch`` at a time."""
+    sql = latest_state_sql(contract, view, parquet_scan(offline), to_micros(end),
+                           None if start is None else to_micros(start))
+    pending: list[tuple[str, History]] = []
+    current: str | None = None
+    rows: list[tuple[int, str, tuple[float, ...]]] = []
+    with connection(offline.parent / f".{view.view_name}.spill") as con:
+        reader = con.sql(sql).to_arrow_reader(_FETCH_ROWS)
+        for chunk in reader:
+            columns = chunk.to_pydict()
+            value_lists = [columns[c] for c in view.value_columns]
+            for i, (entity, t, event_id) in enumerate(zip(columns["k"], columns["t"], columns["id"], strict=True)):
+                entity = str(entity)
+                if entity != current:
+                    if current is not None:
+                        pending.append((current, _history(view, rows)))
+                        if len(pending) >= batch:
+                            yield pending
+                            pending = []
+                    current, rows = entity, []
+                rows.append((t, event_id, tuple(v[i] for v in value_lists)))
+    if current is not None:
+        pending.append((current, _history(view, rows)))
+    if pending:
+        yield pending
+
+
+def _history(view: FeatureViewSpec, rows: list[tuple[int, str, tuple[float, ...]]]) -> History:
+    return History(ids=tuple(r[1] for r in rows), times=tuple(r[0] for r in rows),
+                   values={c: tuple(r[2][i] for r in rows) for i, c in enumerate(view.value_columns)})

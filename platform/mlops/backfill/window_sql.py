@@ -1,0 +1,86 @@
+"""The contract's features as SQL window expressions over epoch-microsecond times.
+
+The same definition as :mod:`mlops.features`, written for a columnar engine: at event time t a
+window feature aggregates the entity's events in [t - window, t). On integer microseconds that is
+the frame ``RANGE BETWEEN window PRECEDING AND 1 PRECEDING``, which leaves out the current row and
+every other row of the same instant, so ties need no special case. ``seconds_since_previous`` is
+the newest earlier instant (``UNBOUNDED PRECEDING AND 1 PRECEDING``), capped at its window; an
+empty window gives 0 and the cap, as for an entity nobody has seen. Sums use DuckDB's ``fsum``
+(compensated), so they match the exactly rounded ``math.fsum`` of the online path to ~1e-15.
+"""
+
+from __future__ import annotations
+
+from mlops.contract import DataContract, FeatureSpec, FeatureViewSpec
+
+TIME_COLUMN = "__t_us"  # the row's event time as microseconds since the epoch (BIGINT)
+EVENT_FLAG = "__is_event"  # rows that are events (others are only asked about); see feature_selects
+_MICROS = 1_000_000
+_DAY_US = 86_400 * _MICROS
+
+
+def quoted(name: str) -> str:
+    """A SQL identifier for a column name from the contract."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _window_us(feature: FeatureSpec) -> int:
+    return int(feature.window_delta.total_seconds() * _MICROS)
+
+
+def _frame(key: str, preceding: str) -> str:
+    return f"OVER (PARTITION BY {quoted(key)} ORDER BY {TIME_COLUMN} RANGE BETWEEN {preceding} AND 1 PRECEDING)"
+
+
+def _value(expression: str, events_only: bool) -> str:
+    """``expression`` for event rows and NULL for query-only rows (aggregates skip NULLs)."""
+    return f"CASE WHEN {EVENT_FLAG} THEN {expression} END" if events_only else expression
+
+
+def window_feature_sql(feature: FeatureSpec, key: str, *, events_only: bool = False) -> str:
+    """One window feature of one row, as a DOUBLE expression."""
+    if feature.agg == "seconds_since_previous":
+        cap = _window_us(feature) / _MICROS
+        previous = f"max({_value(TIME_COLUMN, events_only)}) {_frame(key, 'UNBOUNDED PRECEDING')}"
+        return (f"coalesce(least(CAST({TIME_COLUMN} - {previous} AS DOUBLE) / {_MICROS}, {cap!r}), "
+                f"CAST({cap!r} AS DOUBLE))")
+    frame = _frame(key, f"{_window_us(feature)} PRECEDING")
+    count = f"count({_value('1', events_only)}) {frame}"
+    if feature.agg == "count":
+        return f"CAST({count} AS DOUBLE)"
+    if feature.column is None:  # the contract forbids this; narrows the type
+        raise ValueError(f"feature {feature.name!r} has no column")
+    value = _value(f"CAST({quoted(feature.column)} AS DOUBLE)", events_only)
+    if feature.agg == "max":
+        return f"coalesce(max({value}) {frame}, 0.0)"
+    total = f"coalesce(fsum({value}) {frame}, 0.0)"
+    return total if feature.agg == "sum" else f"CASE WHEN {count} = 0 THEN 0.0 ELSE {total} / {count} END"
+
+
+def time_feature_sql(name: str) -> str:
+    """A cyclic encoding of the row's UTC time, computed as :func:`mlops.features.time_feature_values` does."""
+    of_day = f"(({TIME_COLUMN} % {_DAY_US}) + {_DAY_US}) % {_DAY_US}"
+    seconds = f"(({of_day}) // {_MICROS} + CAST(({of_day}) % {_MICROS} AS DOUBLE) / {_MICROS})"
+    weekday = f"((({TIME_COLUMN} - ({of_day})) // {_DAY_US} + 3) % 7 + 7) % 7"  # 1970-01-01 was a Thursday
+    hour_angle = f"(2 * pi() * {seconds} / 86400.0)"
+    week_angle = f"(2 * pi() * ({weekday} + {seconds} / 86400.0) / 7)"
+    return {
+        "hour_of_day_sin": f"sin({hour_angle})", "hour_of_day_cos": f"cos({hour_angle})",
+        "day_of_week_sin": f"sin({week_angle})", "day_of_week_cos": f"cos({week_angle})",
+    }[name]
+
+
+def view_key(contract: DataContract, view: FeatureViewSpec) -> str:
+    return contract.entity(view.entity).join_key
+
+
+def feature_selects(contract: DataContract, *, events_only: bool = False) -> list[str]:
+    """``expression AS name`` for every contract feature, in ``contract.feature_names`` order.
+
+    With ``events_only`` the rows with a false ``__is_event`` are asked about but never aggregated
+    (features at arbitrary moments against a table of events).
+    """
+    selects = [f"{window_feature_sql(f, view_key(contract, view), events_only=events_only)} AS {quoted(f.name)}"
+               for view in contract.feature_views for f in view.features]
+    selects += [f"{time_feature_sql(name)} AS {quoted(name)}" for name in contract.time_features]
+    return selects
