@@ -59,8 +59,11 @@ def client(settings: Settings) -> MlflowClient:
     import mlflow
 
     settings.resolved_home.mkdir(parents=True, exist_ok=True)
-    if settings.tracking_http_retries is not None:  # MLflow reads it on every call; there is no API for it
-        os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(settings.tracking_http_retries)
+    # MLflow reads these on every call; there is no API for them. Short by default: an outage is
+    # reported in seconds, not after MLflow's minutes of retries.
+    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(settings.tracking_http_retries)
+    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = f"{settings.tracking_http_timeout_s:g}"
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0.5")
     mlflow.set_tracking_uri(settings.resolved_tracking_uri)
     mlflow.set_registry_uri(settings.registry_uri or settings.resolved_tracking_uri)
     return mlflow.MlflowClient()
