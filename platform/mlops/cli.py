@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
+from mlops.cli_init import register as register_init
 from mlops.cli_output import console
 from mlops.cli_output import error_exit as _error_exit
 from mlops.cli_output import fail as _fail
@@ -40,6 +41,7 @@ app.add_typer(model_app, name="model")
 app.add_typer(drift_app, name="drift")
 app.add_typer(labels_app, name="labels")
 app.add_typer(step_app, name="step")
+register_init(app)
 
 
 @data_app.command("generate")
@@ -126,7 +128,7 @@ def run_command(
     import time
 
     from mlops.data.training_window import resolve_window
-    from mlops.preflight import check_source, check_tracking_server
+    from mlops.preflight import check_source, check_tracking_server, check_tracking_store
     from mlops.run_lock import exclusive_pipeline_run
 
     if runner not in PIPELINE_RUNNERS:
@@ -137,6 +139,8 @@ def run_command(
         check_source(source)
         with exclusive_pipeline_run(settings):
             check_tracking_server(settings.resolved_tracking_uri)
+            if settings.tracking_uri:  # an explicit local store must exist; the home's is made on its first run
+                check_tracking_store(settings.tracking_uri)
             _run_locked(source, settings, run_name, verbose, (since, until, last_weeks), time.monotonic(), runner)
     except MLOpsError as exc:
         _fail(exc)

@@ -39,6 +39,7 @@ from mlops.settings import Settings
 
 pytestmark = pytest.mark.timeout(600)
 RUNS = 4
+WORKERS_STARTUP_TIMEOUT_S = 300  # four processes importing ONNX Runtime and MLflow at once on two busy cores
 CONCURRENT = 500
 REDIS_PASSWORD = "test-redis-password"
 TOKEN = "test-admin-token-of-32-characters"
@@ -68,7 +69,7 @@ def _start_workers(env: dict[str, str], workers: int, log_path: Path) -> Service
                                    env={**os.environ, **env, "MLOPS_PORT": str(port)},
                                    stdout=log, stderr=subprocess.STDOUT)
     service = ServiceProcess(process, f"http://127.0.0.1:{port}", log_path, 0.0)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + WORKERS_STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:
         assert process.poll() is None, service.output()
         try:
