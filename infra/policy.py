@@ -9,6 +9,8 @@ an empty list means the manifests keep the policy.
   and a PodDisruptionBudget selecting its pods.
 - No secret value is inline: no Secret carries data, secret-looking variables come from
   secretKeyRef, and no value anywhere holds credentials in a URL.
+- The prediction service (its image sets MLOPS_DEV_MODE=false) gets MLOPS_ADMIN_TOKEN from a
+  required secretKeyRef: without it the pod would refuse to start.
 - Distributed training and priorities: see infra.training_policy.
 """
 
@@ -141,12 +143,31 @@ def no_inline_secrets(objects: list[Obj]) -> list[str]:
     return problems
 
 
+SERVING_IMAGE = "mlops-serving"
+ADMIN_TOKEN = "MLOPS_ADMIN_TOKEN"
+
+
+def services_get_their_admin_token_from_a_secret(objects: list[Obj]) -> list[str]:
+    problems = []
+    for pod in pod_templates(objects):
+        for container in pod.containers:
+            if SERVING_IMAGE not in container.get("image", "").rsplit("/", 1)[-1]:
+                continue
+            ref = next((v.get("valueFrom", {}).get("secretKeyRef") for v in container.get("env", [])
+                        if v["name"] == ADMIN_TOKEN), None)
+            if not ref or ref.get("optional") or not ref.get("name") or not ref.get("key"):
+                problems.append(f"{pod.where} container {container['name']}: {ADMIN_TOKEN} must come from a "
+                                "required secretKeyRef (the service refuses to start without it)")
+    return problems
+
+
 POLICIES: dict[str, Callable[[list[Obj]], list[str]]] = {
     "GPU pods tolerate the taint, have a priority and a queue": gpu_pods_are_scheduled_as_gpu_work,
     "CPU pods never tolerate the GPU taint": cpu_pods_stay_off_gpu_nodes,
     "team namespaces have quota, limits and a LocalQueue": team_namespaces_are_fenced,
     "Deployments have probes, requests and a PDB": deployments_are_operable,
     "no inline secret values": no_inline_secrets,
+    "the prediction service's admin token comes from a Secret": services_get_their_admin_token_from_a_secret,
     "distributed training runs whole and resumes": distributed_training_is_gang_and_resumable,
     "priorities are ordered": priorities_are_ordered,
 }

@@ -27,7 +27,7 @@ from pydantic import SecretStr
 
 from mlops import registry
 from mlops.errors import PipelineError
-from mlops.preflight import check_source, check_tracking_server
+from mlops.preflight import check_source, check_tracking_server, check_tracking_store
 from mlops.settings import Settings
 from pipelines.pipeline import COMPILED_PIPELINE
 from pipelines.progress import ANSI_ESCAPE, StepReport, captured_run_output, key_figure
@@ -104,6 +104,7 @@ def run_pipeline(source: str, settings: Settings, *, package: Path = COMPILED_PI
     """
     check_source(source)
     check_tracking_server(settings.resolved_tracking_uri)
+    settings = _with_tracking_store(settings)
     run_name = run_name or new_run_name()
     settings.kfp_root.mkdir(parents=True, exist_ok=True)
     failed_steps: list[str] = []
@@ -140,6 +141,19 @@ def run_pipeline(source: str, settings: Settings, *, package: Path = COMPILED_PI
         except Exception as exc:  # kfp.local's RuntimeError, or the failed step's own error inline
             raise _failure(settings, run_name, exc, failed_steps[0] if failed_steps else None) from exc
     return _outcome(settings, run_name)
+
+
+def _with_tracking_store(settings: Settings) -> Settings:
+    """The settings with the tracking store named explicitly, so that no step creates one.
+
+    An explicit local store must exist (`mlops init` creates one); the embedded home's store is
+    created here on its first run. Steps then refuse a store that disappears mid-run.
+    """
+    if settings.tracking_uri:
+        check_tracking_store(settings.tracking_uri)
+        return settings
+    registry.create_store(settings)
+    return settings.model_copy(update={"tracking_uri": settings.resolved_tracking_uri})
 
 
 def _run_on_kfp_local(package: Path, settings: Settings, **arguments: str | int) -> None:

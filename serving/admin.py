@@ -1,7 +1,8 @@
 """The admin API: re-read the alias now, switch to the ``fallback`` alias, back to ``production``.
 
 Every route needs ``Authorization: Bearer <MLOPS_ADMIN_TOKEN>``. Only in dev mode with no token
-configured is the API open; outside dev mode the service refuses to start without a token.
+(or an empty one) configured is the API open; outside dev mode the service refuses to start
+without a token of at least MIN_TOKEN_LENGTH characters.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from serving.state import ServiceState
 log = logging.getLogger(__name__)
 # Declares the bearer scheme in the OpenAPI document; the token is checked by _authorize.
 _BEARER = Depends(HTTPBearer(auto_error=False, description="MLOPS_ADMIN_TOKEN"))
-_ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorResponse} for code in (401, 409, 413, 415, 422)}
+_ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorResponse}
+                                            for code in (401, 409, 413, 415, 422, 503)}
+MIN_TOKEN_LENGTH = 16  # a guessable token is an open admin API
 
 
 class SwitchRequest(BaseModel):
@@ -41,18 +44,29 @@ class ServingAnswer(BaseModel):
     model_version: str | None
 
 
+def _token(settings: Settings) -> str:
+    return settings.admin_token.get_secret_value() if settings.admin_token is not None else ""
+
+
 def check_admin_settings(settings: Settings) -> None:
-    """Refuse to build a service whose admin API would be open outside dev mode."""
-    if settings.admin_token is None and not settings.dev_mode:
-        raise ConfigError("MLOPS_ADMIN_TOKEN is not set and MLOPS_DEV_MODE is false: refusing to start "
-                          "with an open admin API")
+    """Refuse to build a service whose admin API would be open, or guessable, outside dev mode."""
+    if settings.dev_mode:
+        return
+    token = _token(settings)
+    if not token:
+        raise ConfigError("MLOPS_ADMIN_TOKEN is not set (or empty) and MLOPS_DEV_MODE is false: refusing to "
+                          "start with an open admin API", field="admin_token")
+    if len(token) < MIN_TOKEN_LENGTH:
+        raise ConfigError(f"MLOPS_ADMIN_TOKEN has {len(token)} characters; outside dev mode it needs at least "
+                          f"{MIN_TOKEN_LENGTH} (e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')",
+                          field="admin_token")
 
 
 def _authorize(credentials: HTTPAuthorizationCredentials | None, settings: Settings) -> None:
-    if settings.admin_token is None:
+    token = _token(settings)
+    if not token:
         return  # dev mode (check_admin_settings refused anything else)
-    given = credentials.credentials if credentials is not None else ""
-    if not hmac.compare_digest(given.encode(), settings.admin_token.get_secret_value().encode()):
+    if credentials is None or not hmac.compare_digest(credentials.credentials.encode(), token.encode()):
         raise AuthError("admin routes need 'Authorization: Bearer <MLOPS_ADMIN_TOKEN>'", field="authorization")
 
 
@@ -80,9 +94,11 @@ def build_router(state: ServiceState) -> APIRouter:
 
     @router.post("/reload", response_model=ServingAnswer)
     async def reload(credentials: HTTPAuthorizationCredentials | None = _BEARER) -> ServingAnswer:
-        """Re-read the served alias now (instead of at the next poll)."""
+        """Re-read the served alias now (instead of at the next poll); 503 when the registry does not answer."""
         _authorize(credentials, state.settings)
-        await run_in_threadpool(lambda: state.manager.refresh(retry_refused=True))
+        outage = await run_in_threadpool(lambda: state.manager.refresh(retry_refused=True))
+        if outage is not None:
+            raise outage
         return answer()
 
     @router.post("/fallback", response_model=ServingAnswer,

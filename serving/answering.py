@@ -11,6 +11,7 @@ or the log fails every request of the batch, and none of them is answered with a
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -100,8 +101,13 @@ async def answer_predictions(state: ServiceState, jobs: list[PredictJob]) -> lis
 
 
 async def answer_inference(state: ServiceState, jobs: list[InferJob]) -> list[Inference | Exception]:
-    """Each infer job's probabilities with the model that computed them, or its request's exception."""
+    """Each infer job's probabilities with the model that computed them, or its request's exception.
+
+    A job whose inputs drive the graph to a non-finite probability (in range, yet overflowing
+    inside it) is refused alone, as bad input: never answered, never logged as a NaN score.
+    """
     parts = _slices([job.rows for job in jobs])
+    results: list[Inference | Exception] = []
     try:
         loaded = state.manager.require()
         columns = {name: [value for job in jobs for value in job.columns[name]] for name in loaded.model.input_names}
@@ -112,13 +118,18 @@ async def answer_inference(state: ServiceState, jobs: list[InferJob]) -> list[In
         now, features = time.perf_counter(), frozenset(state.contract.feature_names)
         records = []
         for job, part in zip(jobs, parts, strict=True):
+            if not all(math.isfinite(p) for p in probabilities[part]):
+                results.append(InputError("the inputs drive the model to a non-finite probability; "
+                                          "they lie far outside what it was trained on", field="inputs"))
+                continue
+            results.append(Inference(loaded, probabilities[part]))
             for index, probability in enumerate(probabilities[part]):
                 row = {name: values[index] for name, values in job.columns.items()}
                 records.append(_infer_record(state, loaded, job, index, row, features, probability, now - job.started))
         state.prediction_log.write(records)
     except Exception as exc:  # noqa: BLE001 - no request of the batch is answered
         return [exc] * len(jobs)
-    return [Inference(loaded, probabilities[part]) for part in parts]
+    return results
 
 
 def _models_for(state: ServiceState, champion: LoadedModel, gathered: list[Gathered]) -> list[LoadedModel]:

@@ -108,6 +108,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """The prediction service for ``settings`` (default: from ``MLOPS_*`` environment variables)."""
     settings = settings or Settings()
     admin.check_admin_settings(settings)
+    # Named explicitly, the tracking store is never created by the service: a missing one is an outage.
+    settings = settings.model_copy(update={"tracking_uri": settings.resolved_tracking_uri})
     contract = load_contract(settings.contract_path)
     metrics = ServiceMetrics()
     state = ServiceState(settings, contract, metrics,

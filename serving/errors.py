@@ -2,21 +2,25 @@
 
 Platform errors keep the status and body their class defines (one mapping for the whole
 platform); request validation errors name the offending field so a client can fix its call.
+A server-side failure (5xx) tells the caller which part failed and the request id, never a path
+or SQL: the full message goes to the service's log under that request id.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mlops.errors import MLOpsError
 
+log = logging.getLogger(__name__)
 INVALID_REQUEST = "InvalidRequest"
 OIP_PREFIX = "/v2/"
 _LOCATIONS = frozenset({"body", "query", "path", "header", "cookie"})
@@ -30,6 +34,7 @@ class ErrorResponse(BaseModel):
     error: str
     detail: str | list[dict[str, Any]]
     field: str | None = None
+    request_id: str | None = Field(default=None, description="Set on server-side failures: the log's key.")
 
 
 def field_name(loc: Sequence[int | str]) -> str:
@@ -64,10 +69,22 @@ def _respond(request: Request, status: int, body: dict[str, Any]) -> JSONRespons
     return JSONResponse(status_code=status, content=body)
 
 
+_FAILED_PART = {"FeatureStoreError": "the feature store failed", "RegistryError": "the model registry failed",
+                "ModelNotReadyError": "no model is loaded"}
+
+
 async def _platform_error(request: Request, exc: Exception) -> JSONResponse:
     if not isinstance(exc, MLOpsError):  # registered for MLOpsError only; narrows the type
         raise exc
-    return _respond(request, exc.http_status, exc.to_dict())
+    if exc.http_status < 500:
+        return _respond(request, exc.http_status, exc.to_dict())
+    request_id = str(getattr(request.state, "request_id", ""))
+    name = type(exc).__name__
+    log.warning("request %s answered %d: %s: %s", request_id, exc.http_status, name, exc.message)
+    summary = exc.public or _FAILED_PART.get(name, "the service failed")
+    body = ErrorResponse(error=name, detail=f"{summary} (details in the service log, request id {request_id})",
+                         request_id=request_id)
+    return _respond(request, exc.http_status, body.model_dump(exclude_none=True))
 
 
 async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:

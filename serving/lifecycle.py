@@ -21,7 +21,7 @@ from pathlib import Path
 
 from mlops import registry
 from mlops.contract import DataContract
-from mlops.errors import MLOpsError, ModelNotReadyError, PromotionConflictError
+from mlops.errors import MLOpsError, ModelNotReadyError, PromotionConflictError, RegistryError
 from mlops.inference import OnnxModel
 from mlops.settings import Settings
 from serving.metrics import ServiceMetrics
@@ -76,7 +76,8 @@ class ModelManager:
     def require(self) -> LoadedModel:
         current = self.current
         if current is None:
-            raise ModelNotReadyError(self.last_error or f"no model loaded for alias {self.alias!r}")
+            raise ModelNotReadyError(self.last_error or f"no model loaded for alias {self.alias!r}",
+                                     public=f"no model loaded for alias {self.alias!r} yet")
         return current
 
     def start(self) -> None:
@@ -98,7 +99,8 @@ class ModelManager:
             try:
                 version = registry.alias_version(self.settings, alias)
             except MLOpsError as exc:
-                raise PromotionConflictError(f"cannot switch to alias {alias!r}: {exc.message}") from exc
+                raise RegistryError(f"cannot switch to alias {alias!r}: {exc.message}",
+                                    public=f"the model registry did not answer; still serving {self.alias!r}") from exc
             if version is None:
                 raise PromotionConflictError(f"no version holds alias {alias!r}; still serving {self.alias!r}")
             current = self.current
@@ -109,42 +111,49 @@ class ModelManager:
             self._swap(loaded)
             return loaded
 
-    def refresh(self, *, retry_refused: bool = False) -> None:
-        """Re-read the followed alias (and the challenger's) and load what changed; never raises."""
+    def refresh(self, *, retry_refused: bool = False) -> RegistryError | None:
+        """Re-read the followed alias (and the challenger's) and load what changed; never raises.
+
+        Returns the registry's failure when it could not be read (what is loaded keeps serving).
+        """
         with self._refresh_lock:
             if retry_refused:
                 self._refused = None
-            self._refresh_serving()
-            self._refresh_canary()
+            outage = self._refresh_serving()
+            if outage is None:  # in an outage the loaded canary stays as it is
+                self._refresh_canary()
             if self.settings.shadow:
                 self._refresh_challenger()
+            return outage
 
-    def _refresh_serving(self) -> None:
+    def _refresh_serving(self) -> RegistryError | None:
         alias = self.alias
         try:
             version = registry.alias_version(self.settings, alias)
         except MLOpsError as exc:
             self.last_error = f"registry unreachable, serving what is loaded: {exc.message}"
             log.warning("%s", self.last_error)
-            return
+            return RegistryError(self.last_error, public=f"the model registry did not answer; still serving "
+                                 f"{self.current.served.version if self.current else 'no model'}")
         if version is None:
             self.last_error = (f"no version of {self.settings.model_name!r} holds alias {alias!r} yet; "
                                "run the pipeline first (mlops pipeline run)")
-            return
+            return None
         current = self.current
         if current is not None and current.served.version == version and not current.from_cache:
             self.last_error = ""
-            return
+            return None
         if self._refused == (alias, version):
-            return
+            return None
         try:
             loaded = self._load(alias, version)
         except MLOpsError as exc:
             self._refused = (alias, version)
             self.last_error = f"version {version} of alias {alias!r} not served: {exc.message}"
             log.error("%s", self.last_error)
-            return
+            return None
         self._swap(loaded)
+        return None
 
     def _refresh_challenger(self) -> None:
         try:

@@ -11,6 +11,8 @@ from mlops.settings import Settings
 from serving.admin import check_admin_settings
 from serving.app import create_app, keep_training_stack_out
 
+WORKER_HEALTHCHECK_TIMEOUT_S = 60
+
 
 def service_app() -> FastAPI:
     """The factory a server process calls (``uvicorn serving.main:service_app --factory``)."""
@@ -33,8 +35,10 @@ def run(settings: Settings | None = None, *, workers: int = 1) -> None:
         keep_training_stack_out()
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port, access_log=False)
     else:
+        # A worker importing ONNX Runtime and MLflow on a busy machine can miss uvicorn's 5 s
+        # health ping; it would be killed and restarted forever, never serving.
         uvicorn.run("serving.main:service_app", factory=True, host=settings.host, port=settings.port,
-                    workers=workers, access_log=False)
+                    workers=workers, access_log=False, timeout_worker_healthcheck=WORKER_HEALTHCHECK_TIMEOUT_S)
 
 
 if __name__ == "__main__":

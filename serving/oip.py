@@ -11,7 +11,6 @@ row is logged like a domain prediction. The gRPC service (serving.oip_grpc) answ
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Annotated, Any, Literal
 
@@ -86,9 +85,13 @@ Bounds = dict[str, tuple[float | None, float | None]]
 BINARY_HEADER = "inference-header-content-length"
 
 
+FP32_MAX = 3.4028234663852886e38  # numpy.finfo(numpy.float32).max: beyond it a value is inf in the graph
+
+
 def contract_bounds(contract: DataContract) -> Bounds:
-    """The contract's range of each raw input (computed features have none)."""
-    return {name: (contract.column(name).min, contract.column(name).max) for name in contract.raw_inputs}
+    """The contract's range of each raw input and of each computed feature (non-negative counts, ...)."""
+    raw: Bounds = {name: (contract.column(name).min, contract.column(name).max) for name in contract.raw_inputs}
+    return {**raw, **contract.feature_bounds}
 
 
 def _columns(request: InferRequest, loaded: LoadedModel, bounds: Bounds) -> tuple[int, dict[str, list[Any]]]:
@@ -128,8 +131,9 @@ def _check_numbers(name: str, values: list[Any], bounds: tuple[float | None, flo
     for value in values:
         if isinstance(value, str):
             raise InputError(f"input {name!r} must be {_DATATYPES.get(kind, kind)}", field=name)
-        if not math.isfinite(value):
-            raise InputError(f"input {name!r} must be finite", field=name)
+        # A comparison, not math.isfinite: that raises OverflowError for an int of 400 digits. NaN fails it too.
+        if not -FP32_MAX <= value <= FP32_MAX:
+            raise InputError(f"input {name!r} must be a finite FP32 number", field=name)
         if (low is not None and value < low) or (high is not None and value > high):
             raise InputError(f"input {name!r} value {value} is outside the contract's range {bounds}", field=name)
 

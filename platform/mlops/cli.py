@@ -17,6 +17,7 @@ import typer
 
 from mlops import cli_predict
 from mlops.cli_model_export import export_command
+from mlops.cli_init import register as register_init
 from mlops.cli_output import console, hint, since_start
 from mlops.cli_output import error_exit as _error_exit
 from mlops.cli_output import fail as _fail
@@ -47,6 +48,7 @@ app.add_typer(model_app, name="model")
 app.add_typer(drift_app, name="drift")
 app.add_typer(labels_app, name="labels")
 app.add_typer(step_app, name="step")
+register_init(app)
 model_app.command("export")(export_command)
 app.add_typer(predictions_app, name="predictions")
 
@@ -155,7 +157,7 @@ def run_command(
     from mlops.contract import load_contract
     from mlops.data.source_columns import check_source_columns
     from mlops.data.training_window import resolve_window
-    from mlops.preflight import check_source, check_tracking_server
+    from mlops.preflight import check_source, check_tracking_server, check_tracking_store
 
     if runner not in PIPELINE_RUNNERS:
         _error_exit(f"--runner must be one of {', '.join(PIPELINE_RUNNERS)}, got {runner!r}", 2)
@@ -171,6 +173,8 @@ def run_command(
         check_source_columns(source, load_contract(settings.contract_path))
         with exclusive_pipeline_run(settings):
             check_tracking_server(settings.resolved_tracking_uri)
+            if settings.tracking_uri:  # an explicit local store must exist; the home's is made on its first run
+                check_tracking_store(settings.tracking_uri)
             _run_locked(source, settings, run_name, verbose, (since, until, last_weeks), time.monotonic(), runner)
     except MLOpsError as exc:
         _fail(exc)

@@ -210,6 +210,28 @@ class DataContract(_Strict):
         return [f.name for v in self.feature_views for f in v.features] + list(self.time_features)
 
     @cached_property
+    def feature_bounds(self) -> dict[str, tuple[float | None, float | None]]:
+        """The range each computed feature lies in, whatever the history (None: unbounded that way).
+
+        Counts and gaps are never negative and a gap is capped at its window; a mean or max lies in
+        its column's range or is 0 (an empty window); a sum is at least min(0, the column's min);
+        cyclic time features lie in [-1, 1].
+        """
+        bounds: dict[str, tuple[float | None, float | None]] = {}
+        for feature in (f for v in self.feature_views for f in v.features):
+            if feature.agg == "count":
+                bounds[feature.name] = (0.0, None)
+            elif feature.agg == "seconds_since_previous":
+                bounds[feature.name] = (0.0, feature.window_delta.total_seconds())
+            else:
+                column = self.column(str(feature.column))
+                low = None if column.min is None else min(0.0, column.min)
+                high = None if column.max is None or feature.agg == "sum" else max(0.0, column.max)
+                bounds[feature.name] = (low, high)
+        bounds.update((name, (-1.0, 1.0)) for name in self.time_features)
+        return bounds
+
+    @cached_property
     def numeric_inputs(self) -> list[str]:
         """Model's numeric inputs in graph order: raw request fields, then computed features."""
         return [n.name for n in self.model_inputs.numeric] + self.feature_names

@@ -2,21 +2,37 @@
 
 Every error a user can cause or meet derives from :class:`MLOpsError`. Each class carries the HTTP
 status it maps to (used by the serving app's single exception handler) and the CLI exit code.
+A message never carries a password: credentials in any URL it quotes are masked when it is made.
 """
 
 from __future__ import annotations
 
+import re
+
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^/\s:@]*):[^/\s@]*@", re.IGNORECASE)
+
+
+def mask_credentials(text: str) -> str:
+    """``text`` with the password of every ``scheme://user:password@host`` URL replaced by ``***``."""
+    return _URL_CREDENTIALS.sub(r"\g<scheme>\g<user>:***@", text)
+
 
 class MLOpsError(Exception):
-    """Base of every platform error. ``http_status`` and ``exit_code`` say how it is reported."""
+    """Base of every platform error. ``http_status`` and ``exit_code`` say how it is reported.
+
+    ``public``: what a server may tell an unauthenticated caller about a server-side failure
+    (no paths, no SQL); without it, the caller is told only which part failed.
+    """
 
     http_status: int = 500
     exit_code: int = 1
 
-    def __init__(self, message: str, *, field: str | None = None) -> None:
+    def __init__(self, message: str, *, field: str | None = None, public: str | None = None) -> None:
+        message = mask_credentials(message)
         super().__init__(message)
         self.message = message
         self.field = field
+        self.public = public
 
     def to_dict(self) -> dict[str, str]:
         body = {"error": type(self).__name__, "detail": self.message}

@@ -56,7 +56,9 @@ def store_config(settings: Settings) -> dict[str, Any]:
     template = Template((feature_repo_path() / "feature_store.yaml").read_text())
     raw: dict[str, Any] = yaml.safe_load(template.substitute(FEAST_DIR=str(settings.feast_dir)))
     if settings.online_store == "redis" and settings.redis_url is not None:
-        raw["online_store"] = {"type": "redis",
+        # skip_dedup: Feast would drop a write whose newest event time is not newer than the stored one
+        # (an older event appended, two events in one microsecond); the histories are merged already.
+        raw["online_store"] = {"type": "redis", "skip_dedup": True,
                                "connection_string": redis_connection_string(settings.redis_url.get_secret_value())}
     return raw
 

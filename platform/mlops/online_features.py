@@ -12,13 +12,13 @@ from __future__ import annotations
 import threading
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mlops.contract import DataContract, FeatureViewSpec
-from mlops.errors import FeatureStoreError
+from mlops.errors import ConfigError, FeatureStoreError
 from mlops.features import (
     EVENTS_FIELD,
     History,
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from feast import FeatureStore
+
+    from mlops.redis_locks import RedisEntityLocks
 
 _LOCK_STRIPES = 256
 _MATERIALIZE_BATCH = 500
@@ -76,6 +78,11 @@ class OnlineRows(Protocol):
 
     def write(self, rows: Sequence[OnlineRow]) -> None: ...
 
+    def atomically(self, keys: Iterable[tuple[str, str]]) -> AbstractContextManager[None]:
+        """Reads and writes of these (join key, entity) pairs inside the block are one atomic
+        read-modify-write, across processes and replicas."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -85,12 +92,14 @@ class FeastOnlineRows:
     ``FeatureStore.push`` and ``get_online_features`` rebuild the feature views from the registry's
     protos on every call (13 of the 17 ms a write took); the rows written are what a push of the
     same data writes. Calls are serialized: Feast's SQLite store shares one connection between threads.
+    With ``locks`` (Redis), a read-modify-write holds its entities' locks in Redis, for every replica.
     """
 
     local = False  # Redis: a network round trip per call
 
-    def __init__(self, store: FeatureStore) -> None:
+    def __init__(self, store: FeatureStore, locks: RedisEntityLocks | None = None) -> None:
         self.store = store
+        self.locks = locks
         self.lock = threading.Lock()
         self._feature_views: dict[str, Any] = {}  # resolved on first use: the repo may be applied later
 
@@ -134,16 +143,22 @@ class FeastOnlineRows:
                 self.store._get_provider().online_write_batch(self.store.config, self.feature_view(view), data,
                                                               progress=None)
 
+    def atomically(self, keys: Iterable[tuple[str, str]]) -> AbstractContextManager[None]:
+        return nullcontext() if self.locks is None else self.locks.holding(keys)
+
     def close(self) -> None:
-        """Nothing to release: the FeatureStore owns its connections."""
+        """The lock client only: the FeatureStore owns its connections."""
+        if self.locks is not None:
+            self.locks.close()
 
 
 class OnlineFeatures:
     """Entity histories for requests, and the write-through of scored transactions.
 
     ``rows`` is the store: :class:`mlops.sqlite_online.SqliteOnlineRows` (the embedded SQLite store,
-    without feast) or :class:`FeastOnlineRows` (Redis). Safe to use from many threads: a
-    read-modify-write of one entity holds that entity's lock (striped).
+    without feast) or :class:`FeastOnlineRows` (Redis). Safe to use from many threads, processes
+    and replicas: a read-modify-write of an entity holds that entity's lock in this process
+    (striped) and the store's own (SQLite's write transaction, or the entity's lock in Redis).
     """
 
     def __init__(self, rows: OnlineRows, contract: DataContract) -> None:
@@ -175,12 +190,15 @@ class OnlineFeatures:
         """Append ``events`` in order to their entities' histories; the histories each event saw.
 
         One read per view for all the events' entities and one write for everything that changed,
-        under the entities' locks: the same result as recording the events one after the other
+        in one atomic read-modify-write of the entities (across processes and replicas): the same
+        result as recording the events one after the other
         (a later event of an entity sees the earlier ones; a transaction id the history already
         holds is not appended again), at the cost of one.
         """
         entities = {name: list(dict.fromkeys(e.keys[self._keys[name]] for e in events)) for name in self._views}
-        with self.entities_locked((self._keys[name], e) for name, values in entities.items() for e in values):
+        keys = [(self._keys[name], e) for name, values in entities.items() for e in values]
+        # The process's striped locks queue its own threads; the store's lock excludes other processes.
+        with self.entities_locked(keys), _store_call("write-through"), self.rows.atomically(keys):
             current = {name: dict(zip(entities[name], self._read_view(view, entities[name]), strict=True))
                        for name, view in self._views.items()}
             changed: dict[tuple[str, str], History] = {}
@@ -196,9 +214,8 @@ class OnlineFeatures:
                         current[name][entity] = changed[name, entity] = updated
                 seen.append(snapshot)
             if changed:
-                with _store_call("write"):
-                    self.rows.write([self._row(self._views[name], entity, history)
-                                     for (name, entity), history in changed.items()])
+                self.rows.write([self._row(self._views[name], entity, history)
+                                 for (name, entity), history in changed.items()])
         return seen
 
     def _row(self, view: FeatureViewSpec, entity: str, history: History) -> OnlineRow:
@@ -265,7 +282,12 @@ def materialize_online(settings: Settings, contract: DataContract, end: datetime
 def open_online_features(settings: Settings, contract: DataContract) -> OnlineFeatures:
     """The service's online features: SQLite read directly (no feast import), Redis through Feast."""
     from mlops.feature_store import open_store, store_config
+    from mlops.redis_locks import RedisEntityLocks
 
     if settings.online_store == "sqlite":
         return OnlineFeatures(SqliteOnlineRows.from_feast_config(store_config(settings)), contract)
-    return OnlineFeatures(FeastOnlineRows(open_store(settings)), contract)
+    store = open_store(settings)
+    if settings.redis_url is None:  # the settings refuse redis without a URL; narrows the type
+        raise ConfigError("MLOPS_ONLINE_STORE=redis needs MLOPS_REDIS_URL", field="redis_url")
+    locks = RedisEntityLocks(settings.redis_url.get_secret_value(), f"mlops:{store.project}")
+    return OnlineFeatures(FeastOnlineRows(store, locks), contract)

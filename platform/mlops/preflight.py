@@ -10,7 +10,7 @@ import socket
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from mlops.errors import IngestError, PipelineError
+from mlops.errors import IngestError, PipelineError, RegistryError
 
 _FORMATS = ((".parquet", "parquet"), (".pq", "parquet"), (".csv", "csv"), (".csv.gz", "csv"))
 CONNECT_TIMEOUT_S = 5.0
@@ -58,3 +58,22 @@ def check_tracking_server(uri: str) -> None:
     except OSError as exc:
         reason = connection_failure(exc) or str(exc)
         raise PipelineError(f"cannot reach the MLflow tracking server at {uri}: {reason}") from exc
+
+
+def local_store_path(uri: str) -> Path | None:
+    """The file (SQLite) or folder (file store) a local tracking URI names; None for a server."""
+    parts = urlsplit(uri)
+    if parts.scheme == "sqlite":
+        database = uri.split("://", 1)[1].split("?", 1)[0]
+        return Path(database[1:]) if database.startswith("/") else None  # sqlite:// alone: in memory
+    if parts.scheme in ("", "file"):
+        return Path(parts.path if parts.scheme else uri).expanduser()
+    return None
+
+
+def check_tracking_store(uri: str) -> None:
+    """A local tracking store must exist: MLflow would silently create an empty one (and register v1 there)."""
+    path = local_store_path(uri)
+    if path is not None and not path.exists():
+        raise RegistryError(f"no tracking store at {path}: restore it, or create a new one on purpose "
+                            "with `mlops init`", field="tracking_uri")

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict
 
 from mlops.errors import InputError, ModelNotReadyError, NotFoundError, PromotionConflictError, RegistryError
+from mlops.preflight import check_tracking_store, local_store_path
 from mlops.settings import Settings
 
 if TYPE_CHECKING:
@@ -61,15 +62,39 @@ class ServedModel:
 
 
 def client(settings: Settings) -> MlflowClient:
-    """A client bound to the settings' stores (sets the process-wide URIs and retries for fluent calls too)."""
+    """A client bound to the settings' stores (sets the process-wide URIs and retries for fluent calls too).
+
+    A tracking URI set explicitly must name a store that exists (RegistryError otherwise): only
+    :func:`create_store` (``mlops init``) and the embedded home's first use create one.
+    """
     import mlflow
 
+    if settings.tracking_uri:
+        check_tracking_store(settings.tracking_uri)
     settings.resolved_home.mkdir(parents=True, exist_ok=True)
-    if settings.tracking_http_retries is not None:  # MLflow reads it on every call; there is no API for it
-        os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(settings.tracking_http_retries)
+    # MLflow reads these on every call; there is no API for them. Short by default: an outage is
+    # reported in seconds, not after MLflow's minutes of retries.
+    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(settings.tracking_http_retries)
+    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = f"{settings.tracking_http_timeout_s:g}"
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0.5")
     mlflow.set_tracking_uri(settings.resolved_tracking_uri)
     mlflow.set_registry_uri(settings.registry_uri or settings.resolved_tracking_uri)
     return mlflow.MlflowClient()
+
+
+def create_store(settings: Settings) -> Path | None:
+    """Create the local tracking store the settings name (its folder too), on purpose; the path.
+
+    None for a tracking server, which keeps its own store. Safe to repeat on an existing store.
+    """
+    from mlflow import MlflowClient
+
+    path = local_store_path(settings.resolved_tracking_uri)
+    if path is None:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    MlflowClient(settings.resolved_tracking_uri).search_experiments(max_results=1)  # creates and migrates
+    return path
 
 
 def ensure_experiment(settings: Settings) -> str:
@@ -98,6 +123,8 @@ def _registered_model(settings: Settings) -> RegisteredModel | None:
         if _missing(exc):
             return None
         raise RegistryError(f"model registry failed reading {settings.model_name!r}: {exc.message}") from exc
+    except RegistryError:
+        raise
     except Exception as exc:  # a store can fail in any way (connection, SQL); none of them is "no model"
         raise RegistryError(f"model registry unreachable: {type(exc).__name__}: {exc}") from exc
 

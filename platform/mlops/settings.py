@@ -114,9 +114,11 @@ class Settings(BaseSettings):
     redis_url: SecretStr | None = Field(default=None, description="redis://[:password@]host:port/db")
     feature_engine: Literal["duckdb", "spark"] = Field(
         default="duckdb", description="Feature backfill and batch scoring: embedded DuckDB, or Apache Spark.")
-    tracking_http_retries: int | None = Field(
-        default=None, ge=0, le=10, description="Retries of each MLflow HTTP call (MLflow's default, 7 with "
-        "backoff, takes about 4 minutes to report a dead tracking server).")
+    tracking_http_retries: int = Field(
+        default=2, ge=0, le=10, description="Retries of each MLflow HTTP call, 0.5 s then 1 s apart (MLflow's "
+        "default, 7 with backoff, takes about 4 minutes to report a dead tracking server).")
+    tracking_http_timeout_s: float = Field(
+        default=5.0, gt=0, le=600, description="Connect/read timeout of each MLflow HTTP call (MLflow's: 120 s).")
     # `make stack` only: the ports of the processes no platform code talks to directly.
     stack_postgres_port: int = Field(default=5432, ge=1, le=65535, description="MLflow's PostgreSQL.")
     stack_prometheus_port: int = Field(default=9090, ge=1, le=65535)

@@ -25,7 +25,8 @@ import logging
 import sqlite3
 import struct
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -109,7 +110,11 @@ def _feast_seconds(moment: datetime) -> int:
 
 
 class SqliteOnlineRows:
-    """Reads without a lock (a WAL connection per thread); each write call is one transaction."""
+    """Reads without a lock (a WAL connection per thread); each write call is one transaction.
+
+    A read-modify-write runs inside :meth:`atomically`: one ``BEGIN IMMEDIATE`` transaction holds
+    the database's write lock, for every process, from the read to the commit.
+    """
 
     local = True
 
@@ -166,6 +171,40 @@ class SqliteOnlineRows:
         found = {bytes(key): decode_string_value(value) for key, value in rows}
         return [found.get(key) for key in keys]
 
+    @contextmanager
+    def atomically(self, keys: Iterable[tuple[str, str]]) -> Iterator[None]:
+        """Reads and writes of this thread inside form one write transaction (all ``keys`` at once).
+
+        Another process (a second worker, materialize) commits either before the first read or
+        after the commit: no update is lost between the read and the write.
+        """
+        del keys  # SQLite locks the whole database for writing
+        with self._transaction():
+            yield
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        if getattr(self._local, "in_transaction", False):
+            yield
+            return
+        connection = self._connection()
+        with self._write_lock:
+            connection.execute("BEGIN IMMEDIATE")
+            self._local.in_transaction = True
+            try:
+                yield
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+            finally:
+                self._local.in_transaction = False
+            connection.execute("COMMIT")
+            self._written.set()
+            if self._checkpointer is None:
+                self._checkpointer = threading.Thread(target=self._checkpoint_every_interval,
+                                                      name="online-store-checkpoint", daemon=True)
+                self._checkpointer.start()
+
     def write(self, rows: Sequence[OnlineRow]) -> None:
         """Upsert ``rows`` (any views) in one transaction, as Feast's online_write_batch writes them."""
         created = _feast_seconds(datetime.now(UTC))
@@ -174,25 +213,14 @@ class SqliteOnlineRows:
             key, seconds = entity_key_bytes(row.join_key, row.entity), _feast_seconds(row.event_time)
             by_table.setdefault(self.table(row.view), []).extend(
                 (key, name, encode_value(value), str(value), seconds, created) for name, value in row.fields.items())
-        connection = self._connection()
-        with self._write_lock:
-            connection.execute("BEGIN IMMEDIATE")
-            try:
-                for table, values in by_table.items():
-                    connection.executemany(
-                        f"INSERT INTO {table} (entity_key, feature_name, value, value_text, event_ts, created_ts) "
-                        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(entity_key, feature_name) DO UPDATE SET "
-                        "value = excluded.value, value_text = excluded.value_text, "
-                        "event_ts = excluded.event_ts, created_ts = excluded.created_ts", values)
-            except BaseException:
-                connection.execute("ROLLBACK")
-                raise
-            connection.execute("COMMIT")
-            self._written.set()
-            if self._checkpointer is None:
-                self._checkpointer = threading.Thread(target=self._checkpoint_every_interval,
-                                                      name="online-store-checkpoint", daemon=True)
-                self._checkpointer.start()
+        with self._transaction():
+            connection = self._connection()
+            for table, values in by_table.items():
+                connection.executemany(
+                    f"INSERT INTO {table} (entity_key, feature_name, value, value_text, event_ts, created_ts) "
+                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(entity_key, feature_name) DO UPDATE SET "
+                    "value = excluded.value, value_text = excluded.value_text, "
+                    "event_ts = excluded.event_ts, created_ts = excluded.created_ts", values)
 
     def _checkpoint_every_interval(self) -> None:
         connection = sqlite3.connect(self.path, isolation_level=None, timeout=_BUSY_TIMEOUT_MS / 1000)

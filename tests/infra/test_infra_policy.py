@@ -87,6 +87,12 @@ CASES: dict[str, tuple[Callable[[Objects], Any], str]] = {
         lambda o: find(o, "ConfigMap", "serving-config")["data"].update(
             MLOPS_TRACKING_URI="postgresql://mlflow:s3cret@db:5432/mlflow"),
         "ConfigMap/mlops/serving-config: data.MLOPS_TRACKING_URI holds credentials in a URL"),
+    "service without its admin token": (
+        lambda o: _serving_pod(o)["containers"][0].pop("env"),
+        "container server: MLOPS_ADMIN_TOKEN must come from a required secretKeyRef"),
+    "service admin token from an optional Secret": (
+        lambda o: _serving_pod(o)["containers"][0]["env"][0]["valueFrom"]["secretKeyRef"].update(optional=True),
+        "container server: MLOPS_ADMIN_TOKEN must come from a required secretKeyRef"),
     "torchrun nodes differ from the job's": (
         lambda o: _trainjob(o)["spec"]["trainer"].update(numNodes=4),
         "torchrun --nnodes=2 but the job has 4 nodes"),

@@ -71,12 +71,20 @@ def test_bad_moves_are_one_line_errors(settings: Settings, args: list[str], mess
     assert registry.alias_version(settings) is None
 
 
-def test_serve_refuses_to_start_outside_dev_mode_without_a_token(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("token", "message"), [
+    (None, "MLOPS_ADMIN_TOKEN is not set"),
+    ("", "MLOPS_ADMIN_TOKEN is not set (or empty)"),
+    ("short-token", "MLOPS_ADMIN_TOKEN has 11 characters; outside dev mode it needs at least 16"),
+])
+def test_serve_refuses_to_start_outside_dev_mode_without_a_strong_token(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, token: str | None, message: str
 ) -> None:
     monkeypatch.setenv("MLOPS_DEV_MODE", "false")
+    if token is not None:
+        monkeypatch.setenv("MLOPS_ADMIN_TOKEN", token)
 
     result = runner.invoke(app, ["serve"])
 
     assert result.exit_code == 2
-    assert "MLOPS_ADMIN_TOKEN is not set" in " ".join(result.output.split())
+    assert message in " ".join(result.output.split())
+    assert "Traceback" not in result.output

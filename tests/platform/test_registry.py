@@ -68,11 +68,13 @@ def test_a_client_creates_home_and_passes_the_retry_setting_on(tmp_path: Path,
     # Set, then deleted: both recorded, so the value the client writes is removed after the test.
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "120")
     registry.client(Settings(home=tmp_path / "new" / "home"))
     assert (tmp_path / "new" / "home").is_dir()
-    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ  # unset: MLflow's own default
-    registry.client(Settings(home=tmp_path / "home", tracking_http_retries=3))
-    assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "3"
+    # By default an outage is reported in seconds, not after MLflow's minutes of retries.
+    assert (os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"], os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"]) == ("2", "5")
+    registry.client(Settings(home=tmp_path / "home", tracking_http_retries=3, tracking_http_timeout_s=2.5))
+    assert (os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"], os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"]) == ("3", "2.5")
 
 
 def test_no_alias_means_not_ready(settings: Settings, tmp_path: Path) -> None:
@@ -248,7 +250,8 @@ def test_an_unreachable_registry_is_an_error_never_no_model(tmp_path: Path, monk
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     outage = Settings(home=tmp_path / "home", tracking_uri=f"sqlite:///{dead}/mlflow.db")
 
-    with pytest.raises(RegistryError, match=r"^model registry unreachable: FileExistsError: \[Errno 17\]"):
+    # Named explicitly, a store that is not there is never created: an outage, naming the store.
+    with pytest.raises(RegistryError, match=rf"^no tracking store at {dead}/mlflow.db: restore it"):
         registry.alias_version(outage)
     with pytest.raises(RegistryError):
         registry.promote(outage, "1", expected=None, actor="pipeline")

@@ -1,0 +1,37 @@
+"""`mlops init`: create the tracking store on purpose.
+
+The pipeline and the service refuse a local tracking store that does not exist (MLflow would
+silently start an empty registry there); this is the command that makes one.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from mlops.cli_output import console
+from mlops.cli_output import fail as _fail
+from mlops.cli_output import load_settings as _settings
+from mlops.errors import MLOpsError, mask_credentials
+
+
+def init_command() -> None:
+    """Create the tracking store MLOPS_TRACKING_URI names (default: SQLite under MLOPS_HOME), and its folder."""
+    settings = _settings()
+    from mlops import registry
+
+    try:
+        path = registry.create_store(settings)
+    except MLOpsError as exc:
+        _fail(exc)
+    except Exception as exc:  # noqa: BLE001 - MLflow's own errors (a read-only folder): one line, not a traceback
+        _fail(MLOpsError(f"cannot create the tracking store at {settings.resolved_tracking_uri}: "
+                         f"{type(exc).__name__}: {exc}"))
+    if path is None:
+        console.print(f"tracking server {mask_credentials(settings.resolved_tracking_uri)} keeps its own store; "
+                      "nothing to create", highlight=False, soft_wrap=True)
+    else:
+        console.print(f"tracking store ready at {path}", highlight=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("init")(init_command)
