@@ -47,7 +47,8 @@ def _schema_sample(path: Path, rows: int = 1_000) -> pd.DataFrame:
 
     parquet = pq.ParquetFile(path)
     batch = next(parquet.iter_batches(batch_size=rows), None)
-    return batch.to_pandas() if batch is not None else parquet.schema_arrow.empty_table().to_pandas()
+    sample: pd.DataFrame = (batch if batch is not None else parquet.schema_arrow.empty_table()).to_pandas()
+    return sample
 
 
 def _split_profile(path: Path, label: str) -> dict[str, object]:

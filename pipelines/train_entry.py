@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from mlops.contract import DataContract, load_contract
-from mlops.errors import InputError, MLOpsError
+from mlops.errors import MLOpsError
 from mlops.model import fit_vocabularies
 from mlops.settings import Settings
 from pipelines import distributed

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from mlops import cli_predict
-from mlops.cli_model_export import export_command
 from mlops.cli_init import register as register_init
+from mlops.cli_model_export import export_command
 from mlops.cli_output import console, hint, since_start
 from mlops.cli_output import error_exit as _error_exit
 from mlops.cli_output import fail as _fail
@@ -435,7 +435,8 @@ def rollback_command(
     reason: Annotated[str, typer.Option(help="Why (kept in the audit record).")] = "",
     alias: Annotated[str | None, typer.Option(help="Alias to move back (default MLOPS_SERVING_ALIAS).")] = None,
 ) -> None:
-    """End a running canary; else move the serving alias (or --alias) back to the version it held before its last move."""
+    """End a running canary; else move the serving alias (or --alias) back to the version it held before
+    its last move."""
     from mlops import registry
 
     settings = _settings()
