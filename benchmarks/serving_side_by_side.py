@@ -5,8 +5,9 @@
 
 Needs a state directory with a production model (``make demo`` makes one). Measures, one after
 the other on the same machine: (a) POST /predict with online features, (b) the Open Inference
-Protocol infer route, (c) ``mlflow models serve`` on the same registered version, (d) a bare
-FastAPI JSON echo under the same server settings (uvicorn, ``--workers``), (e) ONNX Runtime in
+Protocol infer route (REST, and its gRPC ModelInfer from a Python grpc.aio client: wrk speaks no
+gRPC), (c) ``mlflow models serve`` on the same registered version, (d) a bare FastAPI JSON echo
+under the same server settings (uvicorn, ``--workers``), (e) ONNX Runtime in
 process. Then /predict's latency at half its peak rate, the time to ready (registry reachable,
 and unreachable with the cached model) and resident memory.
 
@@ -32,6 +33,7 @@ import random
 import re
 import shutil
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -42,6 +44,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import numpy as np
 
@@ -50,6 +53,7 @@ from mlops.contract import load_contract
 from mlops.features import compute_features, empty_history
 from mlops.inference import OnnxModel
 from mlops.settings import Settings
+from serving.oip_grpc import inference_pb2 as pb
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -223,6 +227,47 @@ async def _python_load(url: str, body: dict[str, Any], seconds: float, connectio
             "p99_ms": 1e3 * ordered[int(len(ordered) * 0.99) - 1], "errors": errors}
 
 
+def infer_message(model_name: str, row: dict[str, Any], input_names: list[str]) -> pb.ModelInferRequest:
+    message = pb.ModelInferRequest(model_name=model_name)
+    for name in input_names:
+        value = row[name]
+        text = isinstance(value, str)
+        message.inputs.add(name=name, datatype="BYTES" if text else "FP32", shape=[1, 1])
+        message.raw_input_contents.append(struct.pack("<I", len(value.encode())) + value.encode() if text
+                                          else np.float32(value).tobytes())
+    return message
+
+
+async def _load(address: str, message: pb.ModelInferRequest, seconds: float, connections: int) -> dict[str, float]:
+    latencies: list[float] = []
+    errors = 0
+    deadline = time.perf_counter() + seconds
+    async with grpc.aio.insecure_channel(address) as channel:
+        infer = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer",
+                                    request_serializer=pb.ModelInferRequest.SerializeToString,
+                                    response_deserializer=pb.ModelInferResponse.FromString)
+
+        async def closed_loop() -> None:
+            nonlocal errors
+            while time.perf_counter() < deadline:
+                started = time.perf_counter()
+                try:
+                    await infer(message, timeout=30)
+                except grpc.aio.AioRpcError:
+                    errors += 1
+                latencies.append(time.perf_counter() - started)
+
+        await asyncio.gather(*(closed_loop() for _ in range(connections)))
+    ordered = sorted(latencies)
+    return {"rps": len(ordered) / seconds, "p50_ms": 1e3 * ordered[len(ordered) // 2],
+            "p99_ms": 1e3 * ordered[int(len(ordered) * 0.99) - 1], "errors": errors}
+
+
+def grpc_infer_load(address: str, message: pb.ModelInferRequest, seconds: float, connections: int
+                    ) -> dict[str, float]:
+    return asyncio.run(_load(address, message, seconds, connections))
+
+
 @dataclass(frozen=True)
 class Load:
     """How every HTTP row is loaded: duration, concurrency, the entities /predict draws from."""
@@ -276,7 +321,9 @@ def main() -> None:
         {"name": n, "shape": [1, 1], "datatype": "BYTES" if isinstance(row[n], str) else "FP32", "data": [row[n]]}
         for n in model.input_names]}
     split_body = {"dataframe_split": {"columns": model.input_names, "data": [[row[n] for n in model.input_names]]}}
-    env = {"MLOPS_HOME": str(home), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    grpc_port = free_port()
+    env = {"MLOPS_HOME": str(home), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+           "MLOPS_GRPC_PORT": str(grpc_port)}
     load = Load(args.seconds, args.connections, known_entities(settings))
     results: dict[str, dict[str, float]] = {}
     notes = [f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}"]
@@ -291,6 +338,9 @@ def main() -> None:
         results["(a) /predict at half peak rate"] = load.run(base + "/predict", predict_body(),
                                                              rate=results["(a) /predict with features"]["rps"] / 2)
         results["(b) /v2/models/{name}/infer"] = load.run(f"{base}/v2/models/{settings.model_name}/infer", infer_body)
+        results["(b) gRPC ModelInfer"] = grpc_infer_load(
+            f"127.0.0.1:{grpc_port}", infer_message(settings.model_name, row, model.input_names), args.seconds,
+            args.connections)
         notes.append(f"service resident memory after load: {rss_mb(service.pid):.0f} MB "
                      f"({args.workers} worker{'s' if args.workers > 1 else ''})")
         notes.append(f"ready {ready_s:.1f} s after start (registry reachable; the first start, "
@@ -339,6 +389,8 @@ def _print(results: dict[str, dict[str, float]], notes: list[str], wrk: bool, ar
     print(f"\n(a)/(c) = {ratio('(a) /predict with features', '(c) mlflow models serve'):.1f}x (goal >= 5x); "
           f"(b)/(d) = {ratio('(b) /v2/models/{name}/infer', '(d) bare FastAPI JSON echo'):.0%} (goal >= 60 %); "
           f"p99 of (a) at half peak {results['(a) /predict at half peak rate']['p99_ms']:.1f} ms (goal <= 10 ms)")
+    print(f"gRPC ModelInfer / REST infer = {ratio('(b) gRPC ModelInfer', '(b) /v2/models/{name}/infer'):.0%} "
+          "(gRPC from a Python client on the same cores, REST from wrk)")
     for note in notes:
         print(note)
 
