@@ -541,7 +541,7 @@ def labels_ingest_command(
 ) -> None:
     """Store late labels by transaction id (a later label for the same id replaces the earlier one)."""
     if not source.is_file():
-        _error_exit(f"labels file not found: {source}", 2)
+        _error_exit(f"label file not found: {source}", 2)
     from mlops.contract import load_contract
     from monitoring.labels import ingest_labels
 

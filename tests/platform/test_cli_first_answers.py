@@ -27,7 +27,7 @@ MISTAKES = {
     "predictions show --format xml": "--format must be one of table, csv, json, got 'xml'",
     "predictions show --version v2": "--version must be a version number, got 'v2'",
     "labels quality --since 1week": "--since must be a duration",
-    "labels ingest /nonexistent/labels.csv": "labels file not found: /nonexistent/labels.csv",
+    "labels ingest /nonexistent/labels.csv": "label file not found: /nonexistent/labels.csv",
 }
 # Runs every mistake in one fresh interpreter, then lists the heavy modules that got imported.
 _PROBE = """
