@@ -87,6 +87,7 @@ def main() -> None:
             with tempfile.TemporaryDirectory(prefix="ingest-validate-scale-") as tmp:
                 for step in STEPS:
                     wall, rss, out = _measure(step, rows, Path(tmp), code)
+                    print(f"  {name} {step} at {rows:,} rows: {wall:.1f} s, {rss:,.0f} MB", file=sys.stderr, flush=True)
                     results.setdefault(step, {})[name] = (wall, rss)
                     if step == "validate" and not out["success"]:
                         print(f"  note: {name} validation failed at {rows:,} rows: {out['failed']}", flush=True)
