@@ -12,11 +12,12 @@ import logging
 from pathlib import Path
 
 import mlflow
-import pandas as pd
 
 from mlops.contract import load_contract
+from mlops.model import fit_vocabularies
 from mlops.settings import Settings
 from pipelines.steps.train import TrainParams, train_model
+from pipelines.steps.train_data import read_split
 from pipelines.train_tracking import params_to_log
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,9 @@ def search(paths: dict[str, Path], trials: int, settings: Settings, parent_run_i
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     contract = load_contract(settings.contract_path)
     base = TrainParams.from_settings(settings)
-    train, val = pd.read_parquet(paths["train"]), pd.read_parquet(paths["validation"])
+    # Read and encoded once for all trials: only the model's inputs and the label.
+    vocabs = fit_vocabularies(contract)
+    train, val = (read_split(paths[name], contract, vocabs, name) for name in ("train", "validation"))
     tried: dict[int, TrainParams] = {}
     experiment_id = mlflow.MlflowClient().get_run(parent_run_id).info.experiment_id
 

@@ -321,7 +321,8 @@ class _Trainer:
                 raise TrainingPreempted(f"SIGTERM: checkpointed at epoch {epoch} step {p.step_in_epoch}/{steps} "
                                         f"(global step {p.global_step}); rerun to resume")
             # The budget ends the epoch here; it is validated like a full one. All ranks stop together.
-            if check and step + 1 < steps and any_rank(self._over_budget(), self.rank):
+            budgeted = self.params.max_train_seconds is not None and check and step + 1 < steps
+            if budgeted and any_rank(self._over_budget(), self.rank):
                 p.stop_reason = "time_budget"
                 break
         if self.rank.device.type == "cuda":

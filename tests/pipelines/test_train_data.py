@@ -55,7 +55,8 @@ def test_reader_ignores_columns_the_model_does_not_read(splits: Splits, contract
                                                         tmp_path: Path) -> None:
     vocabs = fit_vocabularies(contract)
     # A column of nested values no numeric array could hold: never read, so never in the way.
-    frame = splits[0].assign(notes=pd.Series([{"k": [i]} for i in range(len(splits[0]))], index=splits[0].index))
+    frame = splits[0].copy()
+    frame["notes"] = pd.Series([{"k": [i]} for i in range(len(frame))], index=frame.index, dtype=object)
     arrays = read_split(_write(frame, tmp_path / "train.parquet"), contract, vocabs, "train")
     assert arrays.numeric.shape == (len(frame), len(contract.numeric_inputs))
     np.testing.assert_array_equal(arrays.numeric, encode(frame, contract, vocabs)[0])
