@@ -37,7 +37,7 @@ from mlops.online_features import open_online_features
 from mlops.prediction_log import log_dir, read_predictions
 from mlops.settings import Settings
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = pytest.mark.timeout(1200)  # the platform build alone is minutes on two busy cores
 RUNS = 4
 WORKERS_STARTUP_TIMEOUT_S = 300  # four processes importing ONNX Runtime and MLflow at once on two busy cores
 CONCURRENT = 500
