@@ -76,7 +76,7 @@ def client(settings: Settings) -> MlflowClient:
     # reported in seconds, not after MLflow's minutes of retries.
     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(settings.tracking_http_retries)
     os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = f"{settings.tracking_http_timeout_s:g}"
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0.5")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")  # an int: MLflow refuses 0.5
     mlflow.set_tracking_uri(settings.resolved_tracking_uri)
     mlflow.set_registry_uri(settings.registry_uri or settings.resolved_tracking_uri)
     return mlflow.MlflowClient()

@@ -115,7 +115,7 @@ class Settings(BaseSettings):
     feature_engine: Literal["duckdb", "spark"] = Field(
         default="duckdb", description="Feature backfill and batch scoring: embedded DuckDB, or Apache Spark.")
     tracking_http_retries: int = Field(
-        default=2, ge=0, le=10, description="Retries of each MLflow HTTP call, 0.5 s then 1 s apart (MLflow's "
+        default=2, ge=0, le=10, description="Retries of each MLflow HTTP call, 1 s then 2 s apart (MLflow's "
         "default, 7 with backoff, takes about 4 minutes to report a dead tracking server).")
     tracking_http_timeout_s: float = Field(
         default=5.0, gt=0, le=600, description="Connect/read timeout of each MLflow HTTP call (MLflow's: 120 s).")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 import subprocess
 import sys
@@ -189,7 +188,6 @@ def test_a_replica_started_while_mlflow_is_down_serves_its_cache_and_masks_crede
 
     print(f"replica on its cache: ready after {replica.ready_after_s:.1f} s; "
           + ", ".join(f"{route} {seconds:.1f} s" for route, (_, _, seconds) in answers.items()))
-    assert replica.ready_after_s < 15
     assert (health["source"], health["model_version"]) == ("cache", platform_home.version)
     assert "mlflow:***@127.0.0.1" in health["warning"]
     for status, body, seconds in answers.values():
@@ -201,6 +199,7 @@ def test_a_replica_started_while_mlflow_is_down_serves_its_cache_and_masks_crede
     assert "registry unreachable" in output
     assert TRACKING_PASSWORD not in output
     assert TRACKING_PASSWORD not in str(answers) + str(health)
+    assert replica.ready_after_s < 15  # a replica started in an outage serves within seconds
 
 
 def _infer_body(platform: ServedPlatform, name: str, value: Any) -> dict[str, Any]:
@@ -233,7 +232,8 @@ def test_infer_answers_any_number_with_a_probability_or_a_422(
     answer = httpx.post(url, content=json.dumps(_infer_body(platform_home, name, value)),
                         headers={"content-type": "application/json"}, timeout=30)
 
-    in_range = (not math.isnan(value) and (low is None or value >= low) and (high is None or value <= high)
+    # value == value: False for NaN only (math.isnan cannot take an int of 400 digits).
+    in_range = (value == value and (low is None or value >= low) and (high is None or value <= high)
                 and abs(value) <= 3.4028234663852886e38)
     if not in_range:
         assert answer.status_code == 422, answer.text
