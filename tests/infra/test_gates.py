@@ -128,7 +128,8 @@ def test_performance_gate_fails_closed_when_the_registry_cannot_answer(
     monkeypatch.setenv("MLOPS_TRACKING_URI", f"sqlite:///{dead}/mlflow.db")
     assert main(["performance"]) == 1
     line = capsys.readouterr().out.splitlines()[0]
-    assert line.startswith("performance  FAIL could not check: model registry")
+    assert line.startswith("performance  FAIL could not check: no tracking store at ")
+    assert str(dead) in line
 
 
 def test_reproducibility_gate_matches_runs_of_one_seed_and_fails_another(home: GateHome, tmp_path: Path) -> None:

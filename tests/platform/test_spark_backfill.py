@@ -18,6 +18,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from benchmarks.spark_backfill import seeded_model_onnx, with_hot_merchant
+from mlops.backfill import backfill_features
 from mlops.backfill.spark_engine import PROBABILITY, backfill_frame, backfill_spark, score_spark
 from mlops.backfill.spark_job import main as spark_job
 from mlops.contract import DataContract
@@ -25,6 +26,7 @@ from mlops.data.generator import generate_transactions
 from mlops.errors import InputError
 from mlops.features import replay_features
 from mlops.inference import OnnxModel
+from mlops.settings import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -177,3 +179,19 @@ def test_spark_job_backfills_then_scores(
     scored = pd.read_parquet(tmp_path / "scored")
     assert max_feature_difference(scored, hot_source[0], contract) <= 1e-9
     assert scored[PROBABILITY].between(0, 1).all()
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "spark"])
+def test_the_engine_setting_gives_one_file_equal_to_the_spark_backfill(
+    engine: str, spark: SparkSession, hot_source: tuple[pd.DataFrame, Path], hot_features: Path,
+    contract: DataContract, tmp_path: Path,
+) -> None:
+    """MLOPS_FEATURE_ENGINE picks the engine; either writes one Parquet file, and the two agree to 1e-9."""
+    out = tmp_path / "features.parquet"
+    summary = backfill_features(hot_source[1], out, contract, Settings(home=tmp_path, feature_engine=engine))
+    assert out.is_file()
+    assert (summary.engine, summary.rows) == (engine, len(hot_source[0]))
+    got = pd.read_parquet(out).set_index("transaction_id").sort_index()
+    reference = pd.read_parquet(hot_features).set_index("transaction_id").loc[got.index]
+    np.testing.assert_allclose(got[contract.feature_names].to_numpy(float),
+                               reference[contract.feature_names].to_numpy(float), rtol=0, atol=1e-9)

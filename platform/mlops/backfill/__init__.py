@@ -48,10 +48,27 @@ def backfill_features(source: Path, out: Path, contract: DataContract, settings:
 
     started = time.perf_counter()
     if settings.feature_engine == "spark":
-        spark_module().backfill_spark(source, out, contract)
+        _spark_to_one_file(source, out, contract)
     else:
         from mlops.backfill.duckdb_engine import backfill_duckdb
 
         backfill_duckdb(source, out, contract)
     return BackfillSummary(engine=settings.feature_engine, out=str(out), rows=pq.ParquetFile(out).metadata.num_rows,
                            seconds=round(time.perf_counter() - started, 3))
+
+
+def _spark_to_one_file(source: Path, out: Path, contract: DataContract) -> None:
+    """Spark writes a folder of part files; the offline store and its readers take one file, so the
+    parts are streamed into it (DuckDB, memory bounded) and the folder removed."""
+    import shutil
+
+    from mlops.backfill.duckdb_engine import connection, parquet_scan
+
+    parts = out.parent / f".{out.name}.spark"
+    try:
+        spark_module().backfill_spark(source, parts, contract)
+        target = str(out).replace("'", "''")
+        with connection(out.parent / f".{out.name}.spill") as con:
+            con.execute(f"COPY (SELECT * FROM {parquet_scan(parts)}) TO '{target}' (FORMAT parquet)")
+    finally:
+        shutil.rmtree(parts, ignore_errors=True)
