@@ -87,7 +87,7 @@ def _serve_and_load(env: dict[str, str], frame: pd.DataFrame, log: Path) -> dict
     port = _free_port()
     started = time.monotonic()
     with log.open("ab") as out:
-        process = subprocess.Popen([sys.executable, "-m", "mlops.cli", "serve"], env={**env, "MLOPS_PORT": str(port)},
+        process = subprocess.Popen([sys.executable, "-m", "mlops_cli", "serve"], env={**env, "MLOPS_PORT": str(port)},
                                    cwd=_tree(env), stdout=out, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -131,14 +131,14 @@ def measure(tree: Path, data: Path, work: Path, name: str, epochs: int, quality_
     log = work / f"{name}.log"
     env = _env(tree, home, epochs)
     print(f"[{name}] pipeline on {data.name} (log: {log})", flush=True)
-    _run(["-m", "mlops.cli", "pipeline", "run", str(data)], env, log)
+    _run(["-m", "mlops_cli", "pipeline", "run", str(data)], env, log)
     if quality_only:
         return {"test_pr_auc": _test_pr_auc(home)}
     frame = pd.read_parquet(data).sort_values("event_timestamp")
     replay_from = frame["event_timestamp"].iloc[-CONCURRENT_REQUESTS - SEQUENTIAL_REQUESTS]
     if (tree / "platform" / "mlops" / "online_features.py").exists():
         as_of = (replay_from - pd.Timedelta(microseconds=1)).isoformat()
-        _run(["-m", "mlops.cli", "features", "materialize", "--end", as_of], env, log)
+        _run(["-m", "mlops_cli", "features", "materialize", "--end", as_of], env, log)
     probe = subprocess.run([sys.executable, str(REPO / "benchmarks" / "feature_fetch_probe.py"), str(data), "500"],
                            env=env, cwd=tree, capture_output=True, text=True, check=True)
     result: dict[str, float] = {"test_pr_auc": _test_pr_auc(home),
@@ -163,7 +163,7 @@ def main() -> None:
                        check=True)
         try:
             data = work / "transactions.parquet"
-            _run(["-m", "mlops.cli", "data", "generate", "--out", str(data), "--rows", str(args.rows),
+            _run(["-m", "mlops_cli", "data", "generate", "--out", str(data), "--rows", str(args.rows),
                   "--scenario", args.scenario], _env(REPO, work / "gen", args.epochs), work / "generate.log")
             results = {side: measure(tree, data, work, side, args.epochs, args.quality_only)
                        for side, tree in (("before", before_tree), ("after", REPO))}

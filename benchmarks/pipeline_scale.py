@@ -77,7 +77,7 @@ def run_measured(command: list[str], env: dict[str, str]) -> tuple[float, dict[s
 
 
 def generate(rows: int, out: Path, env: dict[str, str]) -> None:
-    subprocess.run([PYTHON, "-m", "mlops.cli", "data", "generate", "--rows", str(rows), "--out", str(out)],
+    subprocess.run([PYTHON, "-m", "mlops_cli", "data", "generate", "--rows", str(rows), "--out", str(out)],
                    env=env, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
 
 
@@ -126,7 +126,7 @@ def pipeline_mode(sizes: list[int], work: Path, env: dict[str, str], base: Path 
             run_env = dict(env, MLOPS_HOME=str(work / f"home-{rows}-{len(label)}"))
             if checkout is not None:  # the other checkout's code first on the path, this venv's libraries
                 run_env["PYTHONPATH"] = f"{checkout / 'platform'}:{checkout}"
-            wall, steps, peak = run_measured([PYTHON, "-m", "mlops.cli", "pipeline", "run", str(data),
+            wall, steps, peak = run_measured([PYTHON, "-m", "mlops_cli", "pipeline", "run", str(data),
                                               "--runner", "inline"], run_env)
             per_step = ", ".join(f"{name} {s:.0f} s / {kb / 1e6:.1f} GB" for name, (s, kb) in steps.items())
             print(f"| {rows:,} | {label} | {wall:.0f} s | {peak / 1e6:.2f} GB | {per_step} |", flush=True)

@@ -86,7 +86,7 @@ def command_problem(argv: list[str], base: Path) -> str | None:
     if argv[:1] == ["mlops"]:
         import typer
 
-        from mlops.cli import app
+        from mlops_cli.app import app
 
         # typer vendors its own click: a group is whatever has subcommands.
         command: Any = typer.main.get_command(app)

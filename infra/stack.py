@@ -216,7 +216,7 @@ def _launch(stack: Stack, name: str) -> tuple[procs.ProcessRecord, Callable[[], 
                                     f"--persistence.file={root / 'pushgateway' / 'metrics.data'}"], stack.log(name))
         check = f"{url}/-/ready"
     elif name == "serving":
-        record = procs.start(name, [sys.executable, "-m", "mlops.cli", "serve"], stack.log(name),
+        record = procs.start(name, [sys.executable, "-m", "mlops_cli", "serve"], stack.log(name),
                              env=_service_env(stack))
         check = f"{url}/v2/health/live"  # ready only once a pipeline run has promoted a model
     else:

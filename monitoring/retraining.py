@@ -51,7 +51,7 @@ def start_retraining(settings: Settings, contract: DataContract, window: pd.Data
     log_path = folder / f"pipeline-{stamp}.log"
     with log_path.open("w") as output:
         process = subprocess.Popen(
-            [sys.executable, "-m", "mlops.cli", "pipeline", command, str(path),
+            [sys.executable, "-m", "mlops_cli", "pipeline", command, str(path),
              "--run-name", f"drift-retraining-{stamp}"],
             stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
     return RetrainingStart(data=path, rows=len(data), log=log_path, process=process)

@@ -52,7 +52,7 @@ def replay_start(frame: pd.DataFrame, contract: DataContract) -> datetime:
 def start_service(settings: Settings, port: int, log_path: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, **settings_env(settings), "MLOPS_PORT": str(port)}
     with log_path.open("wb") as log_file:  # the child keeps its own descriptor
-        return subprocess.Popen([sys.executable, "-m", "mlops.cli", "serve"], env=env,
+        return subprocess.Popen([sys.executable, "-m", "mlops_cli", "serve"], env=env,
                                 stdout=log_file, stderr=subprocess.STDOUT)
 
 

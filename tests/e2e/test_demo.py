@@ -26,7 +26,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     # A fifth of the demo's rows and at most 15 epochs: enough for the model to catch some test frauds
     # (the table must show a caught one), while most of the time is still the steps' process starts.
     env = {**os.environ, "MLOPS_HOME": str(home), "MLOPS_MAX_EPOCHS": "15"}
-    result = subprocess.run([sys.executable, "-m", "mlops.cli", "demo", "--rows", "6000"], env=env,
+    result = subprocess.run([sys.executable, "-m", "mlops_cli", "demo", "--rows", "6000"], env=env,
                             capture_output=True, text=True, timeout=1400, check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return home, result.stdout
@@ -99,7 +99,7 @@ def test_the_training_run_lists_its_splits_and_the_version_carries_a_model_card(
 
 def test_predictions_show_lists_what_the_service_answered(demo: tuple[Path, str]) -> None:
     home, output = demo
-    shown = subprocess.run([sys.executable, "-m", "mlops.cli", "predictions", "show", "--format", "json",
+    shown = subprocess.run([sys.executable, "-m", "mlops_cli", "predictions", "show", "--format", "json",
                             "--last", "0"], env={**os.environ, "MLOPS_HOME": str(home)},
                            capture_output=True, text=True, timeout=120, check=True)
     answers = json.loads(shown.stdout)

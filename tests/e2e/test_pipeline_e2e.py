@@ -193,7 +193,7 @@ def test_replayed_test_split_matches_offline_features_and_scores_without_skew(
 def _skew_check_finds_no_skew(platform: Platform) -> None:
     """`mlops features skew` over the replay's prediction log (it needs the replay above)."""
     env = {**os.environ, **settings_env(platform.settings)}
-    result = subprocess.run([sys.executable, "-m", "mlops.cli", "features", "skew", "--sample", "300"],
+    result = subprocess.run([sys.executable, "-m", "mlops_cli", "features", "skew", "--sample", "300"],
                             env=env, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0.00% differ by more than 1e-09" in result.stdout

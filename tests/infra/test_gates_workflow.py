@@ -93,7 +93,7 @@ def test_commands_name_existing_make_targets_and_modules(workflow: dict[Any, Any
         if words[0].startswith(".venv/bin/mlops"):
             from typer.main import get_command
 
-            from mlops.cli import app
+            from mlops_cli.app import app
 
             group = get_command(app)
             assert words[1] in group.commands, words  # type: ignore[attr-defined]

@@ -215,7 +215,7 @@ def test_killing_mlflow_mid_run_fails_clearly_and_promotes_nothing(running: Runn
 
 def _kill_mlflow_during_a_run(running: RunningStack, before: tuple[list[str], list[str]]) -> None:
     settings = running.settings
-    command = subprocess.Popen([sys.executable, "-m", "mlops.cli", "pipeline", "run", str(running.source)],
+    command = subprocess.Popen([sys.executable, "-m", "mlops_cli", "pipeline", "run", str(running.source)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killed_after = ""
     assert command.stdout is not None

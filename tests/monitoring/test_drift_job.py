@@ -21,11 +21,11 @@ import pytest
 from typer.testing import CliRunner
 
 from mlops import registry
-from mlops.cli import app
 from mlops.contract import DataContract
 from mlops.prediction_log import PredictionLog, log_dir
 from mlops.reference_profile import ReferenceProfile
 from mlops.settings import Settings
+from mlops_cli.app import app
 from monitoring.actions import read_history
 from monitoring.job import run_drift, running_retrainings
 from monitoring.window import WindowSpec

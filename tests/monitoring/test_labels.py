@@ -12,10 +12,10 @@ import pytest
 from sklearn.metrics import average_precision_score, f1_score, precision_score, recall_score
 from typer.testing import CliRunner
 
-from mlops.cli import app
 from mlops.contract import DataContract
 from mlops.prediction_log import PredictionLog, log_dir
 from mlops.settings import Settings
+from mlops_cli.app import app
 from monitoring.labels import QualityRow, average_precision, ingest_labels, join_labels, quality, read_labels
 from monitoring.quality_job import run_quality
 from monitoring.window import WindowSpec, read_window

@@ -23,8 +23,8 @@ from typer.testing import CliRunner
 from infra.compose import command_problem
 from infra.manifests import REPO_ROOT
 from mlops import registry
-from mlops.cli import app
 from mlops.settings import Settings
+from mlops_cli.app import app
 from pipelines.step_records import DeployRecord, EvaluateRecord, read_record, write_record
 
 DVC_FILE = REPO_ROOT / "dvc.yaml"

@@ -16,8 +16,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from mlops.cli import app
 from mlops.errors import ClusterError, InputError
+from mlops_cli.app import app
 from pipelines.kfp_remote import kfp_cron, schedule, submit
 from pipelines.pipeline import COMPILED_PIPELINE
 

@@ -17,8 +17,8 @@ from mlflow_stores import copy_mlflow_template
 from typer.testing import CliRunner
 
 from mlops import registry
-from mlops.cli import app
 from mlops.settings import Settings
+from mlops_cli.app import app
 
 runner = CliRunner()
 # Dropout off: the 2-rank run then sees exactly the single run's batches (see pipelines/distributed.shard),
@@ -106,7 +106,7 @@ def test_torchrun_two_gloo_ranks_only_rank0_logs_and_matches_single_f1(
     experiment_id = client.get_run(single_run).info.experiment_id
     run_id = client.create_run(experiment_id, tags={"entry": "torchrun test"}).info.run_id
     out_dir = home / "ddp"
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "mlops.cli", "train",
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "mlops_cli", "train",
                "--data-dir", str(data_dir), "--out-dir", str(out_dir), "--run-id", run_id]
     done = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
                           timeout=360, check=False)

@@ -21,11 +21,11 @@ from typer.testing import CliRunner
 from infra.compose import command_problem
 from infra.manifests import REPO_ROOT
 from mlops import registry
-from mlops.cli import app
 from mlops.data.generator import generate_transactions
 from mlops.errors import IngestError, RunLockedError
 from mlops.run_lock import exclusive_pipeline_run
 from mlops.settings import Settings
+from mlops_cli.app import app
 from pipelines.progress import key_figure
 from pipelines.runner import _failure
 from pipelines.tasks import ingest_task

@@ -14,12 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from mlops.cli import app
 from mlops.contract import DataContract
 from mlops.data import ingest as ingest_module
 from mlops.data.generator import generate_transactions
 from mlops.data.ingest import ingest
 from mlops.errors import IngestError
+from mlops_cli.app import app
 
 CHUNK = 7  # rows per chunk in these tests: every file below spans several chunks
 
@@ -143,7 +143,7 @@ def test_the_ingest_command_names_the_missing_column_in_one_line_and_exits_2(
     source = tmp_path / "tx.csv"
     frame.drop(columns=["amount"]).to_csv(source, index=False)
     env = {**os.environ, "MLOPS_HOME": str(tmp_path / "home"), "COLUMNS": "400"}
-    done = subprocess.run([sys.executable, "-m", "mlops.cli", "data", "ingest", str(source)], env=env,
+    done = subprocess.run([sys.executable, "-m", "mlops_cli", "data", "ingest", str(source)], env=env,
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()

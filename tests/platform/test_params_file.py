@@ -9,9 +9,9 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from mlops.cli import app
 from mlops.errors import ConfigError
 from mlops.settings import PARAMS_FILE_VARIABLE, Settings
+from mlops_cli.app import app
 
 runner = CliRunner()
 

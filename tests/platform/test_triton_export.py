@@ -14,10 +14,10 @@ from tritonclient.grpc import model_config_pb2
 from typer.testing import CliRunner
 
 from mlops import registry
-from mlops.cli import app
 from mlops.errors import InputError
 from mlops.settings import Settings
 from mlops.triton_export import write_repository
+from mlops_cli.app import app
 
 runner = CliRunner()
 _TYPES = {TensorProto.FLOAT: "TYPE_FP32", TensorProto.STRING: "TYPE_STRING", TensorProto.INT64: "TYPE_INT64"}

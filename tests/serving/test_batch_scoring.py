@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from served_platform import ServedPlatform, platform_in_env
 from typer.testing import CliRunner
 
-from mlops.cli import app
 from mlops.data.generator import generate_transactions
+from mlops_cli.app import app
 from serving.app import create_app
 
 SAMPLE_ROWS = 1000

@@ -64,7 +64,7 @@ def _start_workers(env: dict[str, str], workers: int, log_path: Path) -> Service
     """`mlops serve --workers N` (uvicorn's supervisor and N processes on one port), once ready."""
     port = free_port()
     with log_path.open("wb") as log:
-        process = subprocess.Popen([sys.executable, "-m", "mlops.cli", "serve", "--workers", str(workers)],
+        process = subprocess.Popen([sys.executable, "-m", "mlops_cli", "serve", "--workers", str(workers)],
                                    env={**os.environ, **env, "MLOPS_PORT": str(port)},
                                    stdout=log, stderr=subprocess.STDOUT)
     service = ServiceProcess(process, f"http://127.0.0.1:{port}", log_path, 0.0)

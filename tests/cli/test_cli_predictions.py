@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from mlops.cli import app
 from mlops.prediction_log import PredictionLog, PredictionRecord, log_dir
 from mlops.settings import Settings
+from mlops_cli.app import app
 
 runner = CliRunner()
 NOW = datetime.now(UTC)

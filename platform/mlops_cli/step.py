@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from mlops.cli_output import console, fail, load_settings
 from mlops.errors import MLOpsError
+from mlops_cli.output import console, fail, load_settings
 
 if TYPE_CHECKING:
     from mlops.settings import Settings

@@ -1,5 +1,5 @@
-"""The ``mlops`` command line. Commands name pipelines/ and serving/ lazily (inside functions),
-so the core never imports them at import time. Errors print one line and exit non-zero:
+"""The ``mlops`` command line. Commands import pipelines/, serving/ and monitoring/ inside their
+functions, so that a mistake is answered before they load. Errors print one line and exit non-zero:
 2 for bad input (including data that breaks its contract), 1 for everything else.
 
 Answering at once: this module imports only typer, rich's console and mlops.errors. A command
@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from mlops import cli_predict
-from mlops.cli_init import register as register_init
-from mlops.cli_model_export import export_command
-from mlops.cli_output import console, hint, since_start
-from mlops.cli_output import error_exit as _error_exit
-from mlops.cli_output import fail as _fail
-from mlops.cli_output import load_settings as _settings
-from mlops.cli_predictions import predictions_app
 from mlops.errors import MLOpsError
-from mlops.step_cli import step_app
+from mlops_cli.init import register as register_init
+from mlops_cli.model_export import export_command
+from mlops_cli.output import console, hint, since_start
+from mlops_cli.output import error_exit as _error_exit
+from mlops_cli.output import fail as _fail
+from mlops_cli.output import load_settings as _settings
+from mlops_cli.predict import predict_command
+from mlops_cli.predictions import predictions_app
+from mlops_cli.step import step_app
 
 if TYPE_CHECKING:
     from mlops.settings import Settings
@@ -609,8 +609,4 @@ def demo_command(
         _fail(exc)
 
 
-app.command("predict")(cli_predict.predict_command)
-
-
-if __name__ == "__main__":
-    app()
+app.command("predict")(predict_command)

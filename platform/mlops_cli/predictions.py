@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from mlops.cli_output import console, err_console, error_exit, hint, load_settings, since_start
+from mlops_cli.output import console, err_console, error_exit, hint, load_settings, since_start
 
 if TYPE_CHECKING:
     import pandas as pd

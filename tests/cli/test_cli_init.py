@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from mlops import registry
-from mlops.cli import app
 from mlops.data.generator import generate_transactions
 from mlops.errors import RegistryError
 from mlops.settings import Settings
+from mlops_cli.app import app
 
 runner = CliRunner()
 

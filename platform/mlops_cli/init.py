@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import typer
 
-from mlops.cli_output import console
-from mlops.cli_output import fail as _fail
-from mlops.cli_output import load_settings as _settings
 from mlops.errors import MLOpsError, mask_credentials
+from mlops_cli.output import console
+from mlops_cli.output import fail as _fail
+from mlops_cli.output import load_settings as _settings
 
 
 def init_command() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from mlops.cli import app
+from mlops_cli.app import app
 
 runner = CliRunner()
 HEAVY = ("pandas", "numpy", "mlflow", "kfp", "torch", "feast", "great_expectations", "evidently", "sklearn",
@@ -32,7 +32,7 @@ MISTAKES = {
 # Runs every mistake in one fresh interpreter, then lists the heavy modules that got imported.
 _PROBE = """
 import contextlib, io, json, sys
-from mlops.cli import app
+from mlops_cli.app import app
 answers = {}
 for line in json.loads(sys.argv[1]):
     err = io.StringIO()

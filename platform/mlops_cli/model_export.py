@@ -1,5 +1,5 @@
 """``mlops model export --format triton DIR``: a registered version as a model repository for the
-servers a cluster runs (registered on the ``model`` sub-app in mlops.cli)."""
+servers a cluster runs (registered on the ``model`` sub-app in mlops_cli.app)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
-from mlops.cli_output import console, error_exit, fail, load_settings
 from mlops.errors import MLOpsError
+from mlops_cli.output import console, error_exit, fail, load_settings
 
 EXPORT_FORMATS = ("triton",)
 

@@ -9,8 +9,8 @@ from onnx import TensorProto, helper
 from typer.testing import CliRunner
 
 from mlops import registry
-from mlops.cli import app
 from mlops.settings import Settings
+from mlops_cli.app import app
 
 runner = CliRunner()
 

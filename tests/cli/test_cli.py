@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from mlops.cli import app
 from mlops.contract import DataContract
+from mlops_cli.app import app
 
 runner = CliRunner()
 

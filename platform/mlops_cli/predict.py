@@ -10,8 +10,8 @@ from typing import Annotated
 
 import typer
 
-from mlops.cli_output import console, error_exit, fail, load_settings
 from mlops.errors import MLOpsError
+from mlops_cli.output import console, error_exit, fail, load_settings
 
 
 def predict_command(
