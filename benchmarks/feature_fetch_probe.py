@@ -16,11 +16,15 @@ import numpy as np
 import pandas as pd
 
 from mlops.contract import load_contract
-from mlops.feature_store import open_store
 from mlops.settings import Settings
 
 
 def _fetcher(settings: Settings) -> Callable[[pd.Series], object]:
+    try:
+        from feature_repo.store import open_store
+    except ImportError:  # the tree before the core stopped importing feature_repo
+        from mlops.feature_store import open_store  # type: ignore[attr-defined,no-redef]
+
     contract = load_contract(settings.contract_path)
     store = open_store(settings)
     keys = [e.join_key for e in contract.entities]

@@ -59,6 +59,11 @@ def _test_pr_auc(home: Path) -> float:
     return float(metrics["test_pr_auc"])
 
 
+def _cli(env: dict[str, str]) -> list[str]:
+    """``-m`` and the tree's command-line module (mlops.cli before it became its own package)."""
+    return ["-m", "mlops_cli" if (_tree(env) / "platform" / "mlops_cli").is_dir() else "mlops.cli"]
+
+
 def _run(args: list[str], env: dict[str, str], log: Path) -> None:
     with log.open("ab") as out:
         done = subprocess.run([sys.executable, *args], env=env, cwd=_tree(env), stdout=out, stderr=subprocess.STDOUT,
@@ -87,7 +92,7 @@ def _serve_and_load(env: dict[str, str], frame: pd.DataFrame, log: Path) -> dict
     port = _free_port()
     started = time.monotonic()
     with log.open("ab") as out:
-        process = subprocess.Popen([sys.executable, "-m", "mlops_cli", "serve"], env={**env, "MLOPS_PORT": str(port)},
+        process = subprocess.Popen([sys.executable, *_cli(env), "serve"], env={**env, "MLOPS_PORT": str(port)},
                                    cwd=_tree(env), stdout=out, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -131,14 +136,14 @@ def measure(tree: Path, data: Path, work: Path, name: str, epochs: int, quality_
     log = work / f"{name}.log"
     env = _env(tree, home, epochs)
     print(f"[{name}] pipeline on {data.name} (log: {log})", flush=True)
-    _run(["-m", "mlops_cli", "pipeline", "run", str(data)], env, log)
+    _run([*_cli(env), "pipeline", "run", str(data)], env, log)
     if quality_only:
         return {"test_pr_auc": _test_pr_auc(home)}
     frame = pd.read_parquet(data).sort_values("event_timestamp")
     replay_from = frame["event_timestamp"].iloc[-CONCURRENT_REQUESTS - SEQUENTIAL_REQUESTS]
     if (tree / "platform" / "mlops" / "online_features.py").exists():
         as_of = (replay_from - pd.Timedelta(microseconds=1)).isoformat()
-        _run(["-m", "mlops_cli", "features", "materialize", "--end", as_of], env, log)
+        _run([*_cli(env), "features", "materialize", "--end", as_of], env, log)
     probe = subprocess.run([sys.executable, str(REPO / "benchmarks" / "feature_fetch_probe.py"), str(data), "500"],
                            env=env, cwd=tree, capture_output=True, text=True, check=True)
     result: dict[str, float] = {"test_pr_auc": _test_pr_auc(home),
@@ -163,8 +168,9 @@ def main() -> None:
                        check=True)
         try:
             data = work / "transactions.parquet"
-            _run(["-m", "mlops_cli", "data", "generate", "--out", str(data), "--rows", str(args.rows),
-                  "--scenario", args.scenario], _env(REPO, work / "gen", args.epochs), work / "generate.log")
+            generating = _env(REPO, work / "gen", args.epochs)
+            _run([*_cli(generating), "data", "generate", "--out", str(data), "--rows", str(args.rows),
+                  "--scenario", args.scenario], generating, work / "generate.log")
             results = {side: measure(tree, data, work, side, args.epochs, args.quality_only)
                        for side, tree in (("before", before_tree), ("after", REPO))}
         finally:

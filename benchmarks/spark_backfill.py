@@ -99,7 +99,7 @@ def _embedded_backfill(source: Path, out: Path, contract: DataContract) -> str:
     try:
         from mlops.backfill.duckdb_engine import backfill_duckdb  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
-        from mlops.features import replay_features
+        from mlops.feature_replay import replay_features
 
         frame = pd.read_parquet(source)
         pd.concat([frame, replay_features(frame, contract)], axis=1).to_parquet(out, index=False)

@@ -22,17 +22,12 @@ from mlops.contract import DataContract, FeatureViewSpec
 from mlops.features import EVENTS_FIELD, NEWEST_FIELD
 
 
-def offline_path(data_dir: Path) -> Path:
-    """The offline store: the backfilled transactions (raw columns plus their features)."""
-    return data_dir / "transactions.parquet"
-
-
 def push_source_name(view: FeatureViewSpec) -> str:
     return f"{view.view_name}_push"
 
 
-def build_definitions(contract: DataContract, data_dir: Path) -> list[Any]:
-    """Entities and history feature views for ``contract``; offline sources under data_dir."""
+def build_definitions(contract: DataContract, offline: Path) -> list[Any]:
+    """Entities and history feature views for ``contract``; their batch source is the offline table."""
     entities = {
         e.name: Entity(name=e.name, join_keys=[e.join_key], value_type=ValueType.STRING)
         for e in contract.entities
@@ -41,7 +36,7 @@ def build_definitions(contract: DataContract, data_dir: Path) -> list[Any]:
     for spec in contract.feature_views:
         batch = FileSource(
             name=f"{spec.view_name}_source",
-            path=str(offline_path(data_dir)),
+            path=str(offline),
             timestamp_field=contract.timestamp_column,
         )
         views.append(

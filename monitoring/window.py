@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mlops.prediction_log import read_prediction_frame
+from mlops.prediction_frame import read_prediction_frame
 
 BASE_COLUMNS = ("event_id", "event_timestamp", "logged_at", "model_name", "model_version", "role", "probability",
                 "decision", "unknown_categories")

@@ -17,10 +17,10 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from feature_repo.store import materialize_online
 from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
 from mlops.errors import MLOpsError
-from mlops.online_features import materialize_online
 from mlops.settings import Settings
 from pipelines.demo_replay import pick_samples, replay, summary_line, with_outcomes
 from pipelines.runner import new_run_name, run_log_path, run_pipeline, settings_env

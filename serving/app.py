@@ -26,8 +26,8 @@ from fastapi import FastAPI, Request, Response
 from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 
+from feature_repo.online import open_online_features
 from mlops.contract import load_contract
-from mlops.online_features import open_online_features
 from mlops.prediction_log import PredictionLog, log_dir
 from mlops.settings import Settings
 from serving import admin, oip

@@ -15,7 +15,7 @@ import pytest
 
 from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
-from mlops.features import replay_features
+from mlops.feature_replay import replay_features
 from mlops.settings import BUNDLED_CONTRACT
 
 if TYPE_CHECKING:

@@ -11,10 +11,11 @@ from pathlib import Path
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
+from feature_repo.store import publish_features
 from mlops.backfill.duckdb_engine import connection, parquet_scan, timed_rows
 from mlops.backfill.window_sql import TIME_COLUMN, quoted
 from mlops.contract import DataContract
-from mlops.feature_store import offline_features_path, publish_features
+from mlops.feature_store import offline_features_path
 from mlops.settings import Settings
 
 SPLITS = ("train", "validation", "test")

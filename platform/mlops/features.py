@@ -46,15 +46,11 @@ def _utc(moment: datetime | pd.Timestamp) -> datetime | pd.Timestamp:
 
 
 def to_micros(moment: datetime | pd.Timestamp) -> int:
-    """Microseconds since the epoch of an aware timestamp (naive ones are read as UTC)."""
-    if type(moment) is datetime:  # the request path: plain datetime arithmetic, exact to the microsecond
-        delta = _utc(moment) - _EPOCH
-        return (delta.days * 86_400 + delta.seconds) * _MICROS + delta.microseconds
-    import pandas as pd  # a pandas Timestamp may carry nanoseconds: floor them as pandas does
-
-    stamp = pd.Timestamp(moment)
-    stamp = stamp.tz_localize(UTC) if stamp.tzinfo is None else stamp.tz_convert(UTC)
-    return int(stamp.value // 1_000)
+    """Microseconds since the epoch of an aware timestamp (naive ones are read as UTC). A pandas
+    Timestamp's nanoseconds are floored, as pandas does: its difference is a Timedelta whose days,
+    seconds and microseconds are a timedelta's and whose nanoseconds are left out."""
+    delta = _utc(moment) - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * _MICROS + delta.microseconds
 
 
 @dataclass(frozen=True)
@@ -206,30 +202,3 @@ def merge_histories(view: FeatureViewSpec, current: History, incoming: History) 
     seen = set(current.ids)
     extra = [e for e in _events(view, incoming) if e[1] not in seen]
     return _pruned(view, [*_events(view, current), *extra])
-
-
-def replay_features(frame: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
-    """Every row's features by replaying the rows in time order through in-memory histories.
-
-    What the online store with write-through answers for the same stream, without Feast: a fast
-    oracle for tests and benchmarks. Returns one column per feature, indexed like ``frame``.
-    """
-    import pandas as pd  # not at import time: the service never builds tables
-
-    ts, row_id = contract.timestamp_column, contract.id_column
-    keys = {v.view_name: contract.entity(v.entity).join_key for v in contract.feature_views}
-    state: dict[tuple[str, str], History] = {}
-    rows: dict[Any, dict[str, float]] = {}
-    moments = pd.to_datetime(frame[ts], utc=True)
-    for index in moments.sort_values(kind="stable").index:
-        record = frame.loc[index]
-        moment = moments.loc[index]
-        histories = {name: state.get((name, str(record[key])), empty_history(view))
-                     for view in contract.feature_views for name, key in [(view.view_name, keys[view.view_name])]}
-        rows[index] = compute_features(contract, histories, moment)
-        for view in contract.feature_views:
-            appended = append_event(view, histories[view.view_name], str(record[row_id]), to_micros(moment),
-                                    {c: float(record[c]) for c in view.value_columns})
-            if appended is not None:
-                state[(view.view_name, str(record[keys[view.view_name]]))] = appended
-    return pd.DataFrame.from_dict(rows, orient="index", columns=contract.feature_names).loc[frame.index]

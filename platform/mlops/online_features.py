@@ -12,13 +12,13 @@ from __future__ import annotations
 import threading
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mlops.contract import DataContract, FeatureViewSpec
-from mlops.errors import ConfigError, FeatureStoreError
+from mlops.errors import FeatureStoreError
 from mlops.features import (
     EVENTS_FIELD,
     History,
@@ -28,15 +28,13 @@ from mlops.features import (
     stored_fields,
     to_micros,
 )
-from mlops.settings import Settings
-from mlops.sqlite_online import OnlineRow, SqliteOnlineRows
+from mlops.sqlite_online import OnlineRow
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from feast import FeatureStore
 
-    from mlops.redis_locks import RedisEntityLocks
 
 _LOCK_STRIPES = 256
 _MATERIALIZE_BATCH = 500
@@ -86,77 +84,11 @@ class OnlineRows(Protocol):
     def close(self) -> None: ...
 
 
-class FeastOnlineRows:
-    """Rows through Feast's provider (Redis, and materialize), with the feature views resolved once.
-
-    ``FeatureStore.push`` and ``get_online_features`` rebuild the feature views from the registry's
-    protos on every call (13 of the 17 ms a write took); the rows written are what a push of the
-    same data writes. Calls are serialized: Feast's SQLite store shares one connection between threads.
-    With ``locks`` (Redis), a read-modify-write holds its entities' locks in Redis, for every replica.
-    """
-
-    local = False  # Redis: a network round trip per call
-
-    def __init__(self, store: FeatureStore, locks: RedisEntityLocks | None = None) -> None:
-        self.store = store
-        self.locks = locks
-        self.lock = threading.Lock()
-        self._feature_views: dict[str, Any] = {}  # resolved on first use: the repo may be applied later
-
-    def feature_view(self, name: str) -> Any:
-        """The Feast feature view, read from the registry once (call with the lock held)."""
-        if name not in self._feature_views:
-            self._feature_views[name] = self.store.get_feature_view(name)
-        return self._feature_views[name]
-
-    @staticmethod
-    def _entity_key(join_key: str, entity: str) -> Any:
-        from feast.protos.feast.types.EntityKey_pb2 import EntityKey
-        from feast.protos.feast.types.Value_pb2 import Value
-
-        return EntityKey(join_keys=[join_key], entity_values=[Value(string_val=entity)])
-
-    def read(self, view: str, join_key: str, entities: Sequence[str], field: str) -> list[str | None]:
-        keys = [self._entity_key(join_key, e) for e in entities]
-        with self.lock:
-            answers = self.store._get_provider().online_read(self.store.config, self.feature_view(view), keys, [field])
-        texts: list[str | None] = []
-        for _, values in answers:
-            stored = values.get(field) if values else None
-            # SQLite answers None for an unknown entity; Redis an empty Value (no field of the oneof set).
-            texts.append(stored.string_val if stored is not None and stored.WhichOneof("val") == "string_val"
-                         else None)
-        return texts
-
-    def write(self, rows: Sequence[OnlineRow]) -> None:
-        from feast.protos.feast.types.Value_pb2 import Value
-
-        now = datetime.now(UTC)
-        by_view: dict[str, list[tuple[Any, dict[str, Any], datetime, datetime | None]]] = {}
-        for row in rows:
-            values = {name: Value(string_val=v) if isinstance(v, str) else Value(int64_val=v)
-                      for name, v in row.fields.items()}
-            by_view.setdefault(row.view, []).append((self._entity_key(row.join_key, row.entity), values,
-                                                     row.event_time, now))
-        with self.lock:
-            for view, data in by_view.items():
-                self.store._get_provider().online_write_batch(self.store.config, self.feature_view(view), data,
-                                                              progress=None)
-
-    def atomically(self, keys: Iterable[tuple[str, str]]) -> AbstractContextManager[None]:
-        return nullcontext() if self.locks is None else self.locks.holding(keys)
-
-    def close(self) -> None:
-        """The lock client only: the FeatureStore owns its connections."""
-        if self.locks is not None:
-            self.locks.close()
-
-
 class OnlineFeatures:
     """Entity histories for requests, and the write-through of scored transactions.
 
     ``rows`` is the store: :class:`mlops.sqlite_online.SqliteOnlineRows` (the embedded SQLite store,
-    without feast) or :class:`FeastOnlineRows` (Redis). Safe to use from many threads, processes
+    without feast) or :class:`feature_repo.store.FeastOnlineRows` (Redis). Safe to use from many threads, processes
     and replicas: a read-modify-write of an entity holds that entity's lock in this process
     (striped) and the store's own (SQLite's write transaction, or the entity's lock in Redis).
     """
@@ -268,26 +200,3 @@ class OnlineFeatures:
 
 def _utc(micros: int) -> datetime:
     return _EPOCH + timedelta(microseconds=micros)
-
-
-def materialize_online(settings: Settings, contract: DataContract, end: datetime) -> dict[str, int]:
-    """`mlops features materialize`: merge the offline histories as of ``end`` into the online store."""
-    from mlops.feature_store import open_store, require_offline
-
-    offline = require_offline(settings)
-    store = open_store(settings)
-    return OnlineFeatures(FeastOnlineRows(store), contract).materialize(store, end, offline)
-
-
-def open_online_features(settings: Settings, contract: DataContract) -> OnlineFeatures:
-    """The service's online features: SQLite read directly (no feast import), Redis through Feast."""
-    from mlops.feature_store import open_store, store_config
-    from mlops.redis_locks import RedisEntityLocks
-
-    if settings.online_store == "sqlite":
-        return OnlineFeatures(SqliteOnlineRows.from_feast_config(store_config(settings)), contract)
-    store = open_store(settings)
-    if settings.redis_url is None:  # the settings refuse redis without a URL; narrows the type
-        raise ConfigError("MLOPS_ONLINE_STORE=redis needs MLOPS_REDIS_URL", field="redis_url")
-    locks = RedisEntityLocks(settings.redis_url.get_secret_value(), f"mlops:{store.project}")
-    return OnlineFeatures(FeastOnlineRows(store, locks), contract)

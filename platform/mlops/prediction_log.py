@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
@@ -31,13 +31,11 @@ from pydantic import BaseModel, ConfigDict
 from mlops.features import to_micros
 from mlops.settings import Settings
 
-if TYPE_CHECKING:
-    import pandas as pd
-
 log = logging.getLogger(__name__)
 
 SEGMENT_SUFFIX = ".arrows"
 _ENTITY, _INPUT, _FEATURE = "entity.", "input.", "feature."
+FLAT_PREFIXES = (_ENTITY, _INPUT, _FEATURE)  # the nested records' columns in a table
 _MAX_SEGMENT_ROWS = 200_000  # a new segment now and then keeps each file a readable size
 _BUFFER_BYTES = 1 << 16
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -270,7 +268,8 @@ def _read_segment(path: Path) -> Iterator[pa.RecordBatch]:
         return
 
 
-def _window_table(directory: Path, start: datetime | None, end: datetime | None) -> list[pa.Table]:
+def window_tables(directory: Path, start: datetime | None, end: datetime | None) -> list[pa.Table]:
+    """The log's rows with ``start <= logged_at < end`` (either bound optional), one table per segment."""
     tables = []
     first_day = f"{start.astimezone(UTC):%Y-%m-%d}" if start else ""
     last_day = f"{end.astimezone(UTC):%Y-%m-%d}" if end else "9999-99-99"
@@ -290,7 +289,7 @@ def read_predictions(directory: Path, *, start: datetime | None = None,
                      end: datetime | None = None) -> list[PredictionRecord]:
     """Records with ``start <= logged_at < end`` (either bound optional), oldest first."""
     records = []
-    for table in _window_table(directory, start, end):
+    for table in window_tables(directory, start, end):
         for row in table.to_pylist():
             nested: dict[str, dict[str, Any]] = {"entities": {}, "inputs": {}, "features": {}}
             plain = {}
@@ -303,23 +302,3 @@ def read_predictions(directory: Path, *, start: datetime | None = None,
                     plain[name] = value
             records.append(PredictionRecord.model_validate({**plain, **nested}))
     return sorted(records, key=lambda r: r.logged_at)
-
-
-def read_prediction_frame(directory: Path, *, start: datetime | None = None,
-                          end: datetime | None = None) -> pd.DataFrame:
-    """One row per prediction in ``[start, end)`` by logged_at, oldest first.
-
-    Columns: event_id, request_id, event_timestamp, logged_at, model_name, model_version, role,
-    probability, decision, latency_s, unknown_entities and unknown_categories (lists), then the
-    entity keys, raw inputs and computed features under their own names.
-    """
-    import pandas as pd
-
-    tables = _window_table(directory, start, end)
-    if not tables:
-        return pd.DataFrame(columns=[n for n in PredictionRecord.model_fields if n not in
-                                     ("entities", "inputs", "features")])
-    table = pa.concat_tables(tables, promote_options="default")
-    frame: pd.DataFrame = table.to_pandas()
-    renamed = {c: c.split(".", 1)[1] for c in frame.columns if c.startswith((_ENTITY, _INPUT, _FEATURE))}
-    return frame.rename(columns=renamed).sort_values("logged_at", kind="stable").reset_index(drop=True)

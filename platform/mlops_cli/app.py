@@ -222,8 +222,8 @@ def materialize_command(
 ) -> None:
     """Merge the offline entity histories into the online store (incremental, never erases newer events)."""
     until = _parse_time(end, "--end")
+    from feature_repo.store import materialize_online
     from mlops.contract import load_contract
-    from mlops.online_features import materialize_online
 
     settings = _settings()
     try:

@@ -43,7 +43,8 @@ def show_command(
         error_exit(f"--version must be a version number, got {version!r}", 2)
     start = since_start(since)
     settings = load_settings()
-    from mlops.prediction_log import log_dir, read_prediction_frame
+    from mlops.prediction_frame import read_prediction_frame
+    from mlops.prediction_log import log_dir
 
     frame = served_answers(read_prediction_frame(log_dir(settings), start=start), version, last)
     if frame.empty:

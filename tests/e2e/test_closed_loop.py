@@ -24,10 +24,10 @@ import httpx
 import pytest
 from prometheus_stack import BINARIES, MISSING_REASON, PrometheusStack, prometheus_stack, until
 
+from feature_repo.store import materialize_online
 from mlops import registry
 from mlops.contract import load_contract
 from mlops.data.generator import generate_transactions
-from mlops.online_features import materialize_online
 from mlops.settings import Settings
 from monitoring.actions import read_history
 from monitoring.dashboards import DASHBOARD_DIR

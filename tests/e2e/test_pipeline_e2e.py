@@ -22,13 +22,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from feature_repo.store import materialize_online
 from mlops import registry
 from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
 from mlops.errors import PipelineError
 from mlops.feature_store import offline_features
 from mlops.inference import OnnxModel
-from mlops.online_features import materialize_online
 from mlops.prediction_log import log_dir, read_predictions
 from mlops.settings import Settings
 from pipelines.demo import free_port, replay_start, start_service, wait_ready

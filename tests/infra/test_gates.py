@@ -16,6 +16,7 @@ import pytest
 from slow_service import serving_in_thread, slow_app
 
 from benchmarks.serving_side_by_side import free_port
+from feature_repo.store import materialize_online, publish_features
 from infra.gates.__main__ import main
 from infra.gates.data import data_gate
 from infra.gates.latency import latency_gate, read_baseline, refresh_baseline
@@ -25,8 +26,6 @@ from infra.gates.runs import TRAINED, newest_run
 from mlops import registry
 from mlops.contract import load_contract
 from mlops.data.generator import generate_transactions
-from mlops.feature_store import publish_features
-from mlops.online_features import materialize_online
 from mlops.settings import Settings
 from pipelines.splits import split_paths
 from pipelines.tasks import ingest_task

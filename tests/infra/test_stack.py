@@ -33,6 +33,7 @@ import pytest
 import redis
 from prometheus_stack import free_port, until
 
+from feature_repo.store import materialize_online
 from infra import stack as native_stack
 from infra import stack_processes as procs
 from infra.stack_config import server_binary
@@ -40,7 +41,6 @@ from mlops import registry
 from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
 from mlops.errors import RegistryError, StackError
-from mlops.online_features import materialize_online
 from mlops.settings import Settings
 from pipelines.demo import replay_start
 from pipelines.demo_replay import request_body

@@ -16,11 +16,12 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from feature_repo.config import redis_connection_string
+from feature_repo.store import open_store
 from infra import stack_processes as procs
 from infra.stack import Stack, down, up
 from infra.stack_config import prometheus_config
 from mlops.errors import StackError
-from mlops.feature_store import open_store, redis_connection_string
 from mlops.settings import Settings
 
 

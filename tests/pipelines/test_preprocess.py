@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from feature_repo.online import open_online_features
 from mlops.contract import DataContract
 from mlops.data.generator import generate_transactions
-from mlops.online_features import open_online_features
 from mlops.settings import Settings
 from pipelines.steps.preprocess import SPLITS, SplitSummary, preprocess, split_file, time_split
 

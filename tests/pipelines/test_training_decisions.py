@@ -22,7 +22,7 @@ import torch
 from mlops import registry
 from mlops.contract import DataContract
 from mlops.data.generator import generate_transactions
-from mlops.features import replay_features
+from mlops.feature_replay import replay_features
 from mlops.inference import OnnxModel
 from mlops.model import FraudMLP, encode, fit_vocabularies
 from mlops.onnx_export import export_onnx

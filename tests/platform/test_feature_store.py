@@ -11,12 +11,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from feature_repo.online import open_online_features
+from feature_repo.store import FeastOnlineRows, materialize_online, open_store, publish_features
 from mlops.contract import DataContract
 from mlops.data.generator import generate_transactions
 from mlops.errors import FeatureStoreError
-from mlops.feature_store import offline_features, open_store, publish_features
+from mlops.feature_store import offline_features
 from mlops.features import compute_features
-from mlops.online_features import FeastOnlineRows, OnlineEvent, OnlineFeatures, materialize_online, open_online_features
+from mlops.online_features import OnlineEvent, OnlineFeatures
 from mlops.settings import Settings
 
 TS = "event_timestamp"

@@ -18,11 +18,13 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
+from feature_repo.store import FeastOnlineRows, publish_features
 from mlops.backfill.duckdb_engine import backfill_duckdb
 from mlops.backfill.latest_state import latest_histories
 from mlops.contract import DataContract, FeatureSpec, FeatureViewSpec
 from mlops.errors import InputError
-from mlops.feature_store import offline_features, publish_features
+from mlops.feature_replay import replay_features
+from mlops.feature_store import offline_features
 from mlops.features import (
     History,
     append_event,
@@ -30,12 +32,11 @@ from mlops.features import (
     decode_history,
     empty_history,
     merge_histories,
-    replay_features,
     stored_fields,
     to_micros,
     unknown_entities,
 )
-from mlops.online_features import FeastOnlineRows, OnlineEvent, OnlineFeatures
+from mlops.online_features import OnlineEvent, OnlineFeatures
 from mlops.settings import Settings
 
 BASE = datetime(2026, 3, 2, 22, 0, tzinfo=UTC)

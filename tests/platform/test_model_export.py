@@ -17,7 +17,7 @@ from onnx import TensorProto, numpy_helper
 from mlops.contract import DataContract
 from mlops.data.generator import generate_transactions
 from mlops.errors import ExportParityError, InputError
-from mlops.features import replay_features
+from mlops.feature_replay import replay_features
 from mlops.inference import OnnxModel
 from mlops.model import UNKNOWN_INDEX, FraudMLP, encode, fit_vocabularies
 from mlops.onnx_export import check_parity, export_onnx

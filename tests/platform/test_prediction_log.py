@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from mlops.prediction_frame import read_prediction_frame
 from mlops.prediction_log import (
     SEGMENT_SUFFIX,
     PredictionLog,
     PredictionRecord,
-    read_prediction_frame,
     read_predictions,
 )
 

@@ -24,7 +24,7 @@ from mlops.backfill.spark_job import main as spark_job
 from mlops.contract import DataContract
 from mlops.data.generator import generate_transactions
 from mlops.errors import InputError
-from mlops.features import replay_features
+from mlops.feature_replay import replay_features
 from mlops.inference import OnnxModel
 from mlops.settings import Settings
 

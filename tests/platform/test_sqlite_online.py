@@ -16,12 +16,14 @@ from feast.infra.key_encoding_utils import serialize_entity_key
 from feast.protos.feast.types.EntityKey_pb2 import EntityKey
 from feast.protos.feast.types.Value_pb2 import Value
 
+from feature_repo.config import store_config
+from feature_repo.online import open_online_features
+from feature_repo.store import FeastOnlineRows, publish_features
 from mlops.contract import DataContract
 from mlops.data.generator import generate_transactions
 from mlops.errors import FeatureStoreError
-from mlops.feature_store import publish_features, store_config
 from mlops.features import EVENTS_FIELD, NEWEST_FIELD
-from mlops.online_features import FeastOnlineRows, OnlineEvent, OnlineFeatures, open_online_features
+from mlops.online_features import OnlineEvent, OnlineFeatures
 from mlops.settings import Settings
 from mlops.sqlite_online import OnlineRow, SqliteOnlineRows, decode_string_value, encode_value, entity_key_bytes
 

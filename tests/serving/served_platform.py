@@ -15,10 +15,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from feature_repo.store import materialize_online, publish_features
 from mlops import feature_store, registry
 from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
-from mlops.online_features import materialize_online
 from mlops.settings import Settings
 from pipelines.steps.export import export_and_check, log_model_to_mlflow
 from pipelines.steps.train import TrainParams, train_model
@@ -50,7 +50,7 @@ def _time_split(frame: pd.DataFrame, contract: DataContract) -> tuple[pd.DataFra
 def build_platform(settings: Settings) -> ServedPlatform:
     contract = load_contract(settings.contract_path)
     transactions = generate_transactions(N_ROWS, seed=SEED)
-    feature_store.publish_features(transactions, contract, settings)
+    publish_features(transactions, contract, settings)
     materialize_online(settings, contract, transactions[contract.timestamp_column].max().to_pydatetime())
     train, val, test = _time_split(feature_store.offline_features(settings, contract, transactions), contract)
 

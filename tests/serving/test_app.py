@@ -23,10 +23,10 @@ from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 from served_platform import ServedPlatform, platform_in_env, sample_body
 
+from feature_repo.online import open_online_features
 from mlops import registry
 from mlops.features import compute_features, empty_history
 from mlops.inference import OnnxModel
-from mlops.online_features import open_online_features
 from mlops.prediction_log import log_dir, read_predictions
 from mlops.settings import Settings
 from serving.app import create_app

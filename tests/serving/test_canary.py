@@ -22,7 +22,8 @@ from service_process import ServiceProcess, start_service
 from typer.testing import CliRunner
 
 from mlops import registry
-from mlops.prediction_log import log_dir, read_prediction_frame
+from mlops.prediction_frame import read_prediction_frame
+from mlops.prediction_log import log_dir
 from mlops_cli.app import app as cli
 from monitoring.labels import join_labels, quality
 

@@ -20,11 +20,11 @@ import pytest
 from onnx import TensorProto, helper
 from pydantic import BaseModel
 
+from feature_repo.online import open_online_features
+from feature_repo.store import publish_features
 from mlops.contract import DataContract
 from mlops.errors import InputError
-from mlops.feature_store import publish_features
 from mlops.inference import OnnxModel
-from mlops.online_features import open_online_features
 from mlops.registry import ServedModel
 from mlops.settings import Settings
 from serving.lifecycle import LoadedModel

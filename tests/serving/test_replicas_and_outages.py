@@ -30,9 +30,9 @@ from hypothesis import strategies as st
 from served_platform import ServedPlatform, platform_in_env, sample_body
 from service_process import ServiceProcess, free_port, start_service
 
+from feature_repo.online import open_online_features
 from mlops.features import compute_features, empty_history
 from mlops.inference import OnnxModel
-from mlops.online_features import open_online_features
 from mlops.prediction_log import log_dir, read_predictions
 from mlops.settings import Settings
 

@@ -32,7 +32,8 @@ from mlops import registry
 from mlops.errors import PromotionConflictError, RegistryError
 from mlops.features import compute_features, empty_history
 from mlops.inference import OnnxModel
-from mlops.prediction_log import log_dir, read_prediction_frame, read_predictions
+from mlops.prediction_frame import read_prediction_frame
+from mlops.prediction_log import log_dir, read_predictions
 from mlops.settings import Settings
 
 TOKEN = "test-admin-token"

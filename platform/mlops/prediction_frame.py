@@ -1,0 +1,30 @@
+"""The prediction log as one table, for monitoring and `mlops predictions`: pandas, which the
+service that writes the log (:mod:`mlops.prediction_log`) never loads."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+
+from mlops.prediction_log import FLAT_PREFIXES, PredictionRecord, window_tables
+
+
+def read_prediction_frame(directory: Path, *, start: datetime | None = None,
+                          end: datetime | None = None) -> pd.DataFrame:
+    """One row per prediction in ``[start, end)`` by logged_at, oldest first.
+
+    Columns: event_id, request_id, event_timestamp, logged_at, model_name, model_version, role,
+    probability, decision, latency_s, unknown_entities and unknown_categories (lists), then the
+    entity keys, raw inputs and computed features under their own names.
+    """
+    tables = window_tables(directory, start, end)
+    if not tables:
+        return pd.DataFrame(columns=[n for n in PredictionRecord.model_fields if n not in
+                                     ("entities", "inputs", "features")])
+    table = pa.concat_tables(tables, promote_options="default")
+    frame: pd.DataFrame = table.to_pandas()
+    renamed = {c: c.split(".", 1)[1] for c in frame.columns if c.startswith(FLAT_PREFIXES)}
+    return frame.rename(columns=renamed).sort_values("logged_at", kind="stable").reset_index(drop=True)
