@@ -34,8 +34,10 @@ test: setup validate-infra
 	$(PY) -m pytest --durations=25 -p randomly --randomly-seed=$(TEST_SEED) \
 		-n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
+# The import contracts ([tool.importlinter] in pyproject.toml): the layers, and what serving never loads.
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-logo
 	$(VENV)/bin/mypy platform pipelines serving monitoring feature_repo infra tests
 
 # Mutation testing (mutmut, configured in pyproject.toml): mutants of the decision modules (evaluate,

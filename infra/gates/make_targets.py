@@ -17,11 +17,12 @@ from infra.gates.outcome import GateOutcome, failed, passed
 # lines say nothing about why.
 _NOISE = re.compile(r"^(make(\[\d+\])?: (\*\*\*|Entering directory|Leaving directory)|\s*$)")
 _PYTEST_SUMMARY = re.compile(r"^=+ (.* in [0-9.]+s.*) =+$")
-_ERROR_COUNT = re.compile(r"^(Found \d+ errors?.*|Success: .*|All checks passed!)$")  # ruff's and mypy's verdicts
+# ruff's, import-linter's and mypy's verdicts
+_ERROR_COUNT = re.compile(r"^(Found \d+ errors?.*|Success: .*|All checks passed!|Contracts: \d+ kept, \d+ broken\.)$")
 
 
 def summary_line(output: str) -> str:
-    """The line that says how the command ended: pytest's summary, ruff's and mypy's counts, else the last line."""
+    """The line that says how the command ended: pytest's summary, the linters' counts, else the last line."""
     lines = output.splitlines()
     for line in reversed(lines):
         match = _PYTEST_SUMMARY.match(line.strip())
@@ -29,7 +30,7 @@ def summary_line(output: str) -> str:
             return match.group(1)
     counts = [line.strip() for line in lines if _ERROR_COUNT.match(line.strip())]
     if counts:
-        return "; ".join(counts[-2:])  # `make lint` runs ruff, then mypy
+        return "; ".join(counts[-3:])  # `make lint` runs ruff, lint-imports, then mypy
     meaningful = [line.strip() for line in lines if not _NOISE.match(line)]
     return meaningful[-1][:300] if meaningful else "no output"
 
