@@ -15,6 +15,7 @@ from types import ModuleType
 
 from pydantic import BaseModel, ConfigDict
 
+from mlops.backfill.duckdb_engine import backfill_duckdb, connection, parquet_scan
 from mlops.contract import DataContract
 from mlops.errors import ConfigError
 from mlops.settings import Settings
@@ -50,8 +51,6 @@ def backfill_features(source: Path, out: Path, contract: DataContract, settings:
     if settings.feature_engine == "spark":
         _spark_to_one_file(source, out, contract)
     else:
-        from mlops.backfill.duckdb_engine import backfill_duckdb
-
         backfill_duckdb(source, out, contract)
     return BackfillSummary(engine=settings.feature_engine, out=str(out), rows=pq.ParquetFile(out).metadata.num_rows,
                            seconds=round(time.perf_counter() - started, 3))
@@ -61,8 +60,6 @@ def _spark_to_one_file(source: Path, out: Path, contract: DataContract) -> None:
     """Spark writes a folder of part files; the offline store and its readers take one file, so the
     parts are streamed into it (DuckDB, memory bounded) and the folder removed."""
     import shutil
-
-    from mlops.backfill.duckdb_engine import connection, parquet_scan
 
     parts = out.parent / f".{out.name}.spark"
     try:
