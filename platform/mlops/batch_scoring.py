@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict
 
 from mlops.backfill import backfill_features, spark_module
+from mlops.backfill.duckdb_engine import connection, parquet_scan
 from mlops.contract import DataContract
 from mlops.registry import ServedModel, download_serving_model, download_version
 from mlops.settings import Settings
@@ -122,8 +123,6 @@ def _score_batches(model: OnnxModel, features: Path, out: Path, version: str,
 
 def _decide(scored: Path, out: Path, threshold: float, version: str) -> tuple[int, int]:
     """Spark's probabilities plus the decision and version columns, as the embedded path writes them."""
-    from mlops.backfill.duckdb_engine import connection, parquet_scan
-
     target = str(out).replace("'", "''")
     with connection(out.parent / f".{out.name}.spill") as con:
         con.execute(f"COPY (SELECT *, CASE WHEN {PROBABILITY} >= {threshold!r} THEN 'fraud' ELSE 'legit' END "

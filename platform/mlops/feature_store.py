@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mlops.backfill import backfill_features
+from mlops.backfill.duckdb_engine import connection, features_at, parquet_scan
+from mlops.backfill.window_sql import quoted
 from mlops.contract import DataContract
 from mlops.errors import FeatureStoreError, InputError
 from mlops.settings import Settings
@@ -64,8 +66,6 @@ def offline_features(settings: Settings, contract: DataContract, rows: pd.DataFr
     """
     import pandas as pd
 
-    from mlops.backfill.duckdb_engine import connection, features_at, parquet_scan
-
     path = require_offline(settings)
     missing = [c for c in [contract.timestamp_column, *(e.join_key for e in contract.entities)]
                if c not in rows.columns]
@@ -84,9 +84,6 @@ def offline_features(settings: Settings, contract: DataContract, rows: pd.DataFr
 def offline_end(settings: Settings, contract: DataContract) -> pd.Timestamp | None:
     """The newest event time in the offline store (None when it holds no rows)."""
     import pandas as pd
-
-    from mlops.backfill.duckdb_engine import connection, parquet_scan
-    from mlops.backfill.window_sql import quoted
 
     path = require_offline(settings)
     with connection(settings.feast_dir / ".query.spill") as con:
