@@ -124,7 +124,7 @@ class Settings(BaseSettings):
     stack_prometheus_port: int = Field(default=9090, ge=1, le=65535)
     stack_scrape_interval_s: float = Field(default=15.0, gt=0, le=300, description="Prometheus scrape interval.")
 
-    # CI/CD gates (python -m infra.gates): what a candidate model and the service must reach.
+    # CI/CD gates (python -m ci_gates): what a candidate model and the service must reach.
     gate_min_f1: float = Field(
         default=0.5, ge=0.0, le=1.0, description="The performance gate's floor for the candidate's test F1.")
     gate_max_p99_ratio: float = Field(

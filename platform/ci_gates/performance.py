@@ -11,7 +11,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from infra.gates.outcome import GateOutcome, failed, passed
+from ci_gates.outcome import GateOutcome, failed, passed
 from mlops import registry
 from mlops.errors import NotFoundError, RegistryError
 from mlops.settings import Settings

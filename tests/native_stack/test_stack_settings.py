@@ -16,12 +16,12 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from infra import stack_processes as procs
-from infra.stack import Stack, down, up
-from infra.stack_config import prometheus_config
 from mlops.errors import StackError
 from mlops.feature_store import open_store, redis_connection_string
 from mlops.settings import Settings
+from native_stack import processes as procs
+from native_stack.config import prometheus_config
+from native_stack.supervisor import Stack, down, up
 
 
 @pytest.fixture
@@ -64,7 +64,7 @@ def test_bad_store_settings_are_refused_by_name(clean_env: pytest.MonkeyPatch, e
 
 def test_cli_reports_a_bad_profile_in_one_line_with_exit_code_2(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("MLOPS_PROFILE", "nope")
-    result = subprocess.run([sys.executable, "-m", "infra.stack", "status"], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "native_stack", "status"], capture_output=True, text=True,
                             check=False, timeout=120)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1

@@ -16,12 +16,12 @@ import pytest
 from slow_service import serving_in_thread, slow_app
 
 from benchmarks.serving_side_by_side import free_port
-from infra.gates.__main__ import main
-from infra.gates.data import data_gate
-from infra.gates.latency import latency_gate, read_baseline, refresh_baseline
-from infra.gates.performance import performance_gate
-from infra.gates.reproducibility import check_reproducibility
-from infra.gates.runs import TRAINED, newest_run
+from ci_gates.__main__ import main
+from ci_gates.data import data_gate
+from ci_gates.latency import latency_gate, read_baseline, refresh_baseline
+from ci_gates.performance import performance_gate
+from ci_gates.reproducibility import check_reproducibility
+from ci_gates.runs import TRAINED, newest_run
 from mlops import registry
 from mlops.contract import load_contract
 from mlops.data.generator import generate_transactions
@@ -49,7 +49,7 @@ class GateHome:
 def _register(settings: Settings, data_dir: Path, out: Path) -> str:
     report = train_and_export(split_paths(data_dir), out, str(out / "checkpoints"), settings)
     assert report is not None
-    return registry.register_version(settings, report.model_uri, report.run_id, {"source": "tests/infra"})
+    return registry.register_version(settings, report.model_uri, report.run_id, {"source": "tests/ci_gates"})
 
 
 @pytest.fixture(scope="module")

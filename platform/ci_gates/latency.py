@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from infra.gates.outcome import GateOutcome, failed, passed
+from ci_gates.outcome import GateOutcome, failed, passed
 from mlops.errors import ConfigError, MLOpsError
 from mlops.settings import Settings
 

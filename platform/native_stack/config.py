@@ -14,10 +14,10 @@ from typing import Any
 
 import yaml
 
-from infra.manifests import REPO_ROOT
 from mlops.errors import StackError
 from mlops.settings import Settings
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = REPO_ROOT / "monitoring" / "prometheus"
 # Debian installs PostgreSQL's server programs outside PATH, one folder per major version.
 POSTGRES_BIN_GLOB = "/usr/lib/postgresql/*/bin"
