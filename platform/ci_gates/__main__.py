@@ -19,50 +19,50 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ci_gates.outcome import GateOutcome, failed
+from ci_gates.settings import GateSettings
 from mlops.errors import MLOpsError
-from mlops.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-Gate = Callable[[argparse.Namespace, Settings], GateOutcome]
+Gate = Callable[[argparse.Namespace, GateSettings], GateOutcome]
 
 
-def _lint(args: argparse.Namespace, settings: Settings) -> GateOutcome:
+def _lint(args: argparse.Namespace, settings: GateSettings) -> GateOutcome:
     from ci_gates.make_targets import make_gate
 
     return make_gate("lint", "lint", REPO_ROOT, settings.resolved_home / "gates")
 
 
-def _tests(args: argparse.Namespace, settings: Settings) -> GateOutcome:
+def _tests(args: argparse.Namespace, settings: GateSettings) -> GateOutcome:
     from ci_gates.make_targets import make_gate
 
     return make_gate("tests", "test", REPO_ROOT, settings.resolved_home / "gates")
 
 
-def _data(args: argparse.Namespace, settings: Settings) -> GateOutcome:
+def _data(args: argparse.Namespace, settings: GateSettings) -> GateOutcome:
     from ci_gates.data import data_gate
 
     return data_gate(settings, args.data_run)
 
 
-def _repro(args: argparse.Namespace, settings: Settings) -> GateOutcome:
+def _repro(args: argparse.Namespace, settings: GateSettings) -> GateOutcome:
     from ci_gates.reproducibility import reproducibility_gate
 
     return reproducibility_gate(settings, args.repro_run)
 
 
-def _performance(args: argparse.Namespace, settings: Settings) -> GateOutcome:
+def _performance(args: argparse.Namespace, settings: GateSettings) -> GateOutcome:
     from ci_gates.performance import performance_gate
 
     return performance_gate(settings, args.candidate)
 
 
-def _latency(args: argparse.Namespace, settings: Settings) -> GateOutcome:
+def _latency(args: argparse.Namespace, settings: GateSettings) -> GateOutcome:
     from ci_gates.latency import latency_gate
 
     return latency_gate(settings, args.baseline, url=args.url, app=args.app)
 
 
-def _image(args: argparse.Namespace, settings: Settings) -> GateOutcome:
+def _image(args: argparse.Namespace, settings: GateSettings) -> GateOutcome:
     from ci_gates.image import image_gate
 
     return image_gate(REPO_ROOT, settings.resolved_home / "gates", tag=args.image_tag,
@@ -74,7 +74,7 @@ GATES: dict[str, Gate] = {"lint": _lint, "tests": _tests, "data": _data, "repro"
                           "performance": _performance, "latency": _latency, "image": _image}
 
 
-def run_gate(name: str, gate: Gate, args: argparse.Namespace, settings: Settings) -> GateOutcome:
+def run_gate(name: str, gate: Gate, args: argparse.Namespace, settings: GateSettings) -> GateOutcome:
     """One gate, timed; whatever it raises is that gate's failure (a gate that cannot look never passes)."""
     started = time.monotonic()
     try:
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per download drowns the lines
     try:
-        settings = Settings()
+        settings = GateSettings()
     except ValidationError as exc:
         print(f"error: invalid MLOPS_* setting: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}", file=sys.stderr)
         return 2

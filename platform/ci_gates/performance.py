@@ -12,14 +12,14 @@ import tempfile
 from pathlib import Path
 
 from ci_gates.outcome import GateOutcome, failed, passed
+from ci_gates.settings import GateSettings
 from mlops import registry
 from mlops.errors import NotFoundError, RegistryError
-from mlops.settings import Settings
 
 GATE = "performance"
 
 
-def performance_gate(settings: Settings, candidate: str | None = None) -> GateOutcome:
+def performance_gate(settings: GateSettings, candidate: str | None = None) -> GateOutcome:
     """Score the candidate (default: newest version) and the champion on the candidate's test split."""
     import pandas as pd
 

@@ -7,7 +7,7 @@ import sys
 import time
 
 from mlops.errors import MLOpsError
-from mlops.settings import Settings
+from native_stack.settings import StackSettings
 from native_stack.supervisor import Stack, down, status, up
 
 
@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=("up", "down", "status"))
     action = parser.parse_args(argv).action
     try:
-        settings = Settings()
+        settings = StackSettings()
         if action == "up":
             started = time.monotonic()
             up(settings, echo=True)

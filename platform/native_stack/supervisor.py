@@ -26,9 +26,9 @@ from urllib.parse import urlsplit
 import httpx
 
 from mlops.errors import StackError
-from mlops.settings import Settings
 from native_stack import processes as procs
 from native_stack.config import prometheus_config, server_binary
+from native_stack.settings import StackSettings
 
 ORDER = ("postgres", "mlflow", "redis", "pushgateway", "serving", "prometheus")
 READY_TIMEOUT_S = {"postgres": 60.0, "mlflow": 120.0, "redis": 30.0, "pushgateway": 30.0, "serving": 120.0,
@@ -41,7 +41,7 @@ DATABASE = "mlflow"
 class Stack:
     """Where everything of one stack lives and listens, derived from the settings."""
 
-    settings: Settings
+    settings: StackSettings
 
     @property
     def root(self) -> Path:
@@ -229,7 +229,7 @@ def _launch(stack: Stack, name: str) -> tuple[procs.ProcessRecord, Callable[[], 
     return record, lambda: _http_ok(check)
 
 
-def up(settings: Settings, *, echo: bool = False) -> dict[str, procs.ProcessRecord]:
+def up(settings: StackSettings, *, echo: bool = False) -> dict[str, procs.ProcessRecord]:
     """Start every service; on any failure stop what was started and raise.
 
     Postgres first (MLflow needs it at start); the others start together and are waited for in
@@ -263,7 +263,7 @@ def up(settings: Settings, *, echo: bool = False) -> dict[str, procs.ProcessReco
     return records
 
 
-def down(settings: Settings, *, echo: bool = False) -> list[str]:
+def down(settings: StackSettings, *, echo: bool = False) -> list[str]:
     """Stop the recorded processes, last started first; returns the names of those that were running."""
     stack = Stack(settings)
     records = stack.records()
@@ -276,5 +276,5 @@ def down(settings: Settings, *, echo: bool = False) -> list[str]:
     return stopped
 
 
-def status(settings: Settings) -> dict[str, bool]:
+def status(settings: StackSettings) -> dict[str, bool]:
     return {name: procs.is_running(record) for name, record in Stack(settings).records().items()}

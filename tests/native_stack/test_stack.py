@@ -38,10 +38,10 @@ from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
 from mlops.errors import RegistryError, StackError
 from mlops.online_features import materialize_online
-from mlops.settings import Settings
 from native_stack import processes as procs
 from native_stack import supervisor
 from native_stack.config import server_binary
+from native_stack.settings import StackSettings
 from pipelines.demo import replay_start
 from pipelines.demo_replay import request_body
 from pipelines.runner import run_pipeline
@@ -67,7 +67,7 @@ REQUESTS = 40
 
 @dataclass
 class RunningStack:
-    settings: Settings
+    settings: StackSettings
     contract: DataContract
     data: pd.DataFrame
     source: Path
@@ -99,7 +99,7 @@ def running() -> Iterator[RunningStack]:
     with pytest.MonkeyPatch.context() as patch:
         for key, value in env.items():
             patch.setenv(key, value)
-        settings = Settings()
+        settings = StackSettings()
         records: dict[str, procs.ProcessRecord] = {}
         try:
             started = time.monotonic()
