@@ -47,7 +47,7 @@ PARAMS_FILE_VARIABLE = "MLOPS_PARAMS_FILE"
 PROFILES_DIR = Path(__file__).parent / "profiles"
 
 
-# The settings the deployables add to the base; tests/platform/test_settings_deployables.py holds
+# The settings the deployables add to the base; tests/platform/test_settings_per_deployable.py holds
 # this list to their classes.
 DEPLOYABLE_FIELDS = frozenset({
     "max_clock_skew_s", "model_poll_interval_s", "max_body_bytes", "shadow", "prediction_log_fsync_interval_s",
