@@ -82,11 +82,11 @@ validate-infra: setup
 GATES ?= lint tests data repro performance latency image
 GATES_OPTIONS ?=
 gates: setup
-	$(PY) -m infra.gates $(GATES) $(GATES_OPTIONS)
+	$(PY) -m ci_gates $(GATES) $(GATES_OPTIONS)
 
 # Measure /predict on this machine and write benchmarks/latency_baseline.json (commit it): the baseline is machine-specific.
 gates-baseline: setup
-	$(PY) -m infra.gates --refresh-baseline $(GATES_OPTIONS)
+	$(PY) -m ci_gates --refresh-baseline $(GATES_OPTIONS)
 
 # Regenerate infra/base/monitoring/prometheus-rules.yaml from monitoring/prometheus/alerts.yml.
 infra-rules: setup
@@ -103,13 +103,13 @@ repro: setup
 # prometheus-pushgateway): ports from MLOPS_PROFILE=stack unless the environment moves them;
 # state under $$MLOPS_HOME/stack (default .mlops/stack). See README "One host, production-shaped".
 stack: setup
-	MLOPS_PROFILE=$${MLOPS_PROFILE:-stack} $(PY) -m infra.stack up
+	MLOPS_PROFILE=$${MLOPS_PROFILE:-stack} $(PY) -m native_stack up
 
 stack-down: setup
-	MLOPS_PROFILE=$${MLOPS_PROFILE:-stack} $(PY) -m infra.stack down
+	MLOPS_PROFILE=$${MLOPS_PROFILE:-stack} $(PY) -m native_stack down
 
 stack-status: setup
-	MLOPS_PROFILE=$${MLOPS_PROFILE:-stack} $(PY) -m infra.stack status
+	MLOPS_PROFILE=$${MLOPS_PROFILE:-stack} $(PY) -m native_stack status
 
 compile: setup
 	$(VENV)/bin/mlops pipeline compile

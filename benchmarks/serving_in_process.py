@@ -28,8 +28,8 @@ from benchmarks.echo_app import create_echo_app
 from benchmarks.serving_side_by_side import MOMENT, RAW, ROOT, copy_home, known_entities, predict_body
 from mlops.contract import load_contract
 from mlops.features import compute_features, empty_history
-from mlops.settings import Settings
 from serving.app import create_app
+from serving.settings import ServingSettings
 
 
 async def _call(app: FastAPI, path: str, body: bytes) -> None:
@@ -59,7 +59,7 @@ async def _cpu_per_request(app: FastAPI, path: str, body: Callable[[], bytes], r
     return (time.process_time() - started) / (requests // callers * callers) * 1e6
 
 
-async def _measure(settings: Settings, requests: int) -> None:
+async def _measure(settings: ServingSettings, requests: int) -> None:
     contract = load_contract(settings.contract_path)
     entities = known_entities(settings)
     counter = itertools.count()
@@ -95,7 +95,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1600)
     args = parser.parse_args()
     home = copy_home(args.home, Path(tempfile.mkdtemp(prefix="bench-")) / "home")
-    asyncio.run(_measure(Settings(home=home), args.requests))
+    asyncio.run(_measure(ServingSettings(home=home), args.requests))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from monitoring.drift_summary import by_severity, describe, prepend_summary, sum
 from monitoring.evidently_report import evidently_snapshot, render_html
 from monitoring.references import fetch_profile
 from monitoring.retraining import RetrainingStart, start_retraining
+from monitoring.settings import MonitoringSettings
 from monitoring.window import WindowSpec, read_window
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 _RUNNING: list[RetrainingStart] = []
 
 
-def thresholds(settings: Settings) -> DriftThresholds:
+def thresholds(settings: MonitoringSettings) -> DriftThresholds:
     return DriftThresholds(psi_warning=settings.drift_psi_warning, psi_critical=settings.drift_psi_critical,
                            min_rows=settings.drift_min_rows)
 
@@ -92,7 +93,7 @@ def _log_to_mlflow(settings: Settings, reports: list[DriftReport], record: actio
             mlflow.log_artifact(path, "drift")
 
 
-def run_drift(settings: Settings, spec: WindowSpec, *, limits: DriftThresholds | None = None,
+def run_drift(settings: MonitoringSettings, spec: WindowSpec, *, limits: DriftThresholds | None = None,
               now: datetime | None = None) -> actions.DriftRunRecord:
     """Judge the window, act on the verdict, record and export it; the record says what happened."""
     started = time.perf_counter()

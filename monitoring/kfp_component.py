@@ -15,12 +15,12 @@ def drift_check(since_hours: float, last: int) -> str:
     """Judge the last ``since_hours`` of the prediction log (newest ``last`` rows if > 0); returns the level."""
     from datetime import UTC, datetime, timedelta
 
-    from mlops.settings import Settings
     from monitoring.job import run_drift
+    from monitoring.settings import MonitoringSettings
     from monitoring.window import WindowSpec
 
     start = datetime.now(UTC) - timedelta(hours=since_hours)
-    return run_drift(Settings(), WindowSpec(start=start, last=last or None)).level
+    return run_drift(MonitoringSettings(), WindowSpec(start=start, last=last or None)).level
 
 
 @dsl.pipeline(name="drift-check", description="Drift of the prediction log against the serving model's reference.")

@@ -29,7 +29,6 @@ from starlette.concurrency import run_in_threadpool
 from feature_repo.online import open_online_features
 from mlops.contract import load_contract
 from mlops.prediction_log import PredictionLog, log_dir
-from mlops.settings import Settings
 from serving import admin, oip
 from serving.answering import PredictJob
 from serving.body import json_response, openapi_body, read_model
@@ -40,6 +39,7 @@ from serving.lifecycle import ModelManager
 from serving.metrics import ServiceMetrics
 from serving.predictor import Predictor
 from serving.schemas import HealthResponse, build_batch_models, build_request_model, build_response_model
+from serving.settings import ServingSettings
 from serving.state import ServiceState
 
 log = logging.getLogger(__name__)
@@ -104,9 +104,9 @@ def keep_training_stack_out() -> None:
         sys.modules.setdefault(name, None)  # type: ignore[arg-type]  # None: "import halted" by design
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: ServingSettings | None = None) -> FastAPI:
     """The prediction service for ``settings`` (default: from ``MLOPS_*`` environment variables)."""
-    settings = settings or Settings()
+    settings = settings or ServingSettings()
     admin.check_admin_settings(settings)
     # Named explicitly, the tracking store is never created by the service: a missing one is an outage.
     settings = settings.model_copy(update={"tracking_uri": settings.resolved_tracking_uri})

@@ -23,8 +23,8 @@ from mlops import registry
 from mlops.contract import DataContract
 from mlops.errors import MLOpsError, ModelNotReadyError, PromotionConflictError, RegistryError
 from mlops.inference import OnnxModel
-from mlops.settings import Settings
 from serving.metrics import ServiceMetrics
+from serving.settings import ServingSettings
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,8 @@ class Canary:
 class ModelManager:
     """Holds the served (and optional challenger) model and follows the registry; thread-safe."""
 
-    def __init__(self, settings: Settings, contract: DataContract, workdir: Path, metrics: ServiceMetrics) -> None:
+    def __init__(self, settings: ServingSettings, contract: DataContract, workdir: Path,
+                 metrics: ServiceMetrics) -> None:
         self.settings = settings
         self.contract = contract
         self.workdir = workdir

@@ -7,9 +7,9 @@ import os
 import uvicorn
 from fastapi import FastAPI
 
-from mlops.settings import Settings
 from serving.admin import check_admin_settings
 from serving.app import create_app, keep_training_stack_out
+from serving.settings import ServingSettings
 
 WORKER_HEALTHCHECK_TIMEOUT_S = 60
 
@@ -19,15 +19,15 @@ def service_app() -> FastAPI:
     keep_training_stack_out()
     # A progress bar per model download is noise in a service log.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    return create_app(Settings())
+    return create_app(ServingSettings())
 
 
-def run(settings: Settings | None = None, *, workers: int = 1) -> None:
+def run(settings: ServingSettings | None = None, *, workers: int = 1) -> None:
     """Serve on ``settings.host:settings.port`` until interrupted; ``workers`` processes share the port.
 
     Workers read their settings from the same ``MLOPS_*`` environment, so they serve the same alias.
     """
-    settings = settings or Settings()
+    settings = settings or ServingSettings()
     check_admin_settings(settings)  # fail here, once, rather than in every worker
     # No access log: one line per request costs more than scoring it; /metrics counts requests.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")

@@ -11,19 +11,19 @@ from typing import Any
 from mlops.contract import DataContract
 from mlops.errors import ModelNotReadyError
 from mlops.prediction_log import PredictionLog
-from mlops.settings import Settings
 from serving.answering import Inference, InferJob, PredictJob, answer_inference, answer_predictions
 from serving.batching import TurnBatcher
 from serving.lifecycle import LoadedModel, ModelManager
 from serving.metrics import ServiceMetrics
 from serving.predictor import Gathered, Predictor, prediction_record
+from serving.settings import ServingSettings
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class ServiceState:
-    settings: Settings
+    settings: ServingSettings
     contract: DataContract
     metrics: ServiceMetrics
     manager: ModelManager

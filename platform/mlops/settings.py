@@ -1,4 +1,11 @@
-"""Platform settings: one pydantic-settings class, env prefix ``MLOPS_``, defaults = embedded mode.
+"""Platform settings: the base every deployable's settings class extends, env prefix ``MLOPS_``,
+defaults = embedded mode.
+
+This base holds what the core and more than one deployable read (where state lives, the stores,
+the model and its alias, the training parameters, where the service listens). Each deployable
+adds its own on top and constructs its own class: ``serving.settings.ServingSettings``,
+``monitoring.settings.MonitoringSettings``, ``native_stack.settings.StackSettings``,
+``ci_gates.settings.GateSettings``. Core functions take this base.
 
 All embedded state lives under ``home`` (default ``.mlops``), so a clean start is deleting one
 folder. Derived locations are properties, not settings, so they always follow ``home`` unless
@@ -8,17 +15,22 @@ A YAML file of settings (``params.yaml``, which dvc.yaml's stages read) is a sou
 ``MLOPS_PARAMS_FILE`` names it, so no file in the working directory changes settings unasked.
 ``MLOPS_PROFILE=NAME`` adds the values of ``profiles/NAME.env`` (``MLOPS_*`` lines).
 Precedence: environment, then the params file, then the profile, then the defaults.
+
+A profile or params file is shared by every deployable, so a key that names another deployable's
+setting (``DEPLOYABLE_FIELDS``) is left to it; a key no deployable knows fails validation
+(``extra="forbid"``). An ``MLOPS_*`` environment variable that names no setting is ignored.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal, Self
+from typing import Any, Literal, Self
 from urllib.parse import urlsplit
 
 import yaml
 from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     DotEnvSettingsSource,
@@ -30,8 +42,20 @@ from pydantic_settings import (
 from mlops.errors import ConfigError
 
 BUNDLED_CONTRACT = Path(__file__).parent / "contracts" / "fraud.yaml"
+ENV_PREFIX = "MLOPS_"
 PARAMS_FILE_VARIABLE = "MLOPS_PARAMS_FILE"
 PROFILES_DIR = Path(__file__).parent / "profiles"
+
+
+# The settings the deployables add to the base; tests/platform/test_settings_per_deployable.py holds
+# this list to their classes.
+DEPLOYABLE_FIELDS = frozenset({
+    "max_clock_skew_s", "model_poll_interval_s", "max_body_bytes", "shadow", "prediction_log_fsync_interval_s",
+    "grpc_port",  # serving
+    "drift_psi_warning", "drift_psi_critical", "drift_min_rows", "drift_cooldown_s", "drift_retrain",  # monitoring
+    "stack_postgres_port", "stack_prometheus_port", "stack_scrape_interval_s",  # native_stack
+    "gate_min_f1", "gate_max_p99_ratio",  # ci_gates
+})
 
 
 def profile_path(name: str) -> Path:
@@ -39,7 +63,9 @@ def profile_path(name: str) -> Path:
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="MLOPS_", extra="forbid")
+    """What the core and several deployables share; a deployable's class adds its own settings."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
 
     profile: str | None = Field(default=None, description="Settings profile: profiles/<name>.env under the env.")
     home: Path = Field(default=Path(".mlops"), description="Root of all embedded state.")
@@ -82,30 +108,13 @@ class Settings(BaseSettings):
     )
     slice_min_positives: int = Field(default=5, ge=1, description="Slices with fewer frauds are not gated.")
     demo_rows: int = Field(default=30_000, ge=1_000)
-    max_clock_skew_s: float = Field(
-        default=300.0, ge=0, description="How far in the future a request's event_timestamp may lie.")
     kfp_host: str | None = Field(default=None, description="Kubeflow Pipelines endpoint for submit/schedule.")
-    model_poll_interval_s: float = Field(
-        default=30.0, gt=0, description="How often the service re-reads the alias it serves.")
     admin_token: SecretStr | None = Field(default=None, description="Bearer token of the service's admin API.")
     dev_mode: bool = Field(
         default=True, description="Embedded mode: the admin API is open when no token is set. Set false "
         "in production, where the service then refuses to start without MLOPS_ADMIN_TOKEN.")
-    max_body_bytes: int = Field(default=1 << 20, ge=1024, description="Largest request body accepted (413).")
-    shadow: bool = Field(default=False, description="Also score the `challenger` alias off the response path.")
-    prediction_log_fsync_interval_s: float = Field(
-        default=1.0, ge=0.0, le=60.0, description="fsync the prediction log this often (0: before every answer); "
-        "an answer waits only for the OS to hold the record, which survives SIGKILL but not power loss.")
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
-    grpc_port: int = Field(default=0, ge=0, le=65535, description="Open Inference Protocol gRPC port (0: none).")
-    # Monitoring: drift levels, the cool-down between fallback switches, where its actions go.
-    drift_psi_warning: float = Field(default=0.1, gt=0, description="PSI at which a feature's drift is WARNING.")
-    drift_psi_critical: float = Field(default=0.2, gt=0, description="PSI at which a feature's drift is CRITICAL.")
-    drift_min_rows: int = Field(default=30, ge=1, description="Fewest predictions a drift verdict needs.")
-    drift_cooldown_s: float = Field(
-        default=3600.0, ge=0, description="After a CRITICAL action, later CRITICAL verdicts act again only after this.")
-    drift_retrain: bool = Field(default=True, description="Start a retraining run on a CRITICAL verdict.")
     service_url: str | None = Field(default=None, description="Prediction service for admin calls; default host:port.")
     pushgateway_url: str | None = Field(default=None, description="Prometheus Pushgateway for job metrics.")
     # Production-shaped stores (the `stack` profile, docker-compose, Kubernetes).
@@ -119,17 +128,6 @@ class Settings(BaseSettings):
         "default, 7 with backoff, takes about 4 minutes to report a dead tracking server).")
     tracking_http_timeout_s: float = Field(
         default=5.0, gt=0, le=600, description="Connect/read timeout of each MLflow HTTP call (MLflow's: 120 s).")
-    # `make stack` only: the ports of the processes no platform code talks to directly.
-    stack_postgres_port: int = Field(default=5432, ge=1, le=65535, description="MLflow's PostgreSQL.")
-    stack_prometheus_port: int = Field(default=9090, ge=1, le=65535)
-    stack_scrape_interval_s: float = Field(default=15.0, gt=0, le=300, description="Prometheus scrape interval.")
-
-    # CI/CD gates (python -m infra.gates): what a candidate model and the service must reach.
-    gate_min_f1: float = Field(
-        default=0.5, ge=0.0, le=1.0, description="The performance gate's floor for the candidate's test F1.")
-    gate_max_p99_ratio: float = Field(
-        default=1.2, gt=1.0, description="The latency gate fails when /predict's p99 exceeds baseline x this.")
-
     @field_validator("profile")
     @classmethod
     def _known_profile(cls, name: str | None) -> str | None:
@@ -166,8 +164,9 @@ class Settings(BaseSettings):
         # An unknown profile name is reported by the field validator.
         profile: tuple[PydanticBaseSettingsSource, ...] = ()
         if name and profile_path(name).is_file():
-            profile = (DotEnvSettingsSource(settings_cls, env_file=profile_path(name), env_prefix="MLOPS_"),)
-        return (init_settings, env_settings, *params, *profile, dotenv_settings, file_secret_settings)
+            profile = (DotEnvSettingsSource(settings_cls, env_file=profile_path(name), env_prefix=ENV_PREFIX),)
+        shared = tuple(OwnSettingsOnly(settings_cls, source) for source in (*params, *profile))
+        return (init_settings, env_settings, *shared, dotenv_settings, file_secret_settings)
 
     @property
     def resolved_home(self) -> Path:
@@ -217,6 +216,23 @@ class Settings(BaseSettings):
     @property
     def resolved_service_url(self) -> str:
         return (self.service_url or f"http://{self.host}:{self.port}").rstrip("/")
+
+
+class OwnSettingsOnly(PydanticBaseSettingsSource):
+    """A shared file's values without those another deployable's class declares."""
+
+    def __init__(self, settings_cls: type[BaseSettings], source: PydanticBaseSettingsSource) -> None:
+        super().__init__(settings_cls)
+        self.source = source
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self.source.get_field_value(field, field_name)
+
+    def __call__(self) -> dict[str, Any]:
+        own = self.settings_cls.model_fields
+        # A profile's unknown lines keep their variable's name (mlops_...), a params file's keys are names.
+        return {key: value for key, value in self.source().items()
+                if key in own or key.removeprefix(ENV_PREFIX.lower()) not in DEPLOYABLE_FIELDS}
 
 
 def params_file_source(settings_cls: type[BaseSettings]) -> tuple[PydanticBaseSettingsSource, ...]:

@@ -497,7 +497,9 @@ def drift_run_command(
     2 bad options, 4 no reference profile for the model, 5 empty window, 6 too few rows.
     """
     window = _window_spec(since, start, end, last)
-    settings = _settings()
+    from monitoring.settings import MonitoringSettings
+
+    settings = _settings(MonitoringSettings)
     from monitoring.job import run_drift
 
     try:
@@ -587,8 +589,9 @@ def serve_command(
 ) -> None:
     """Serve the model holding the serving alias over REST (host/port from MLOPS_HOST / MLOPS_PORT)."""
     from serving.main import run
+    from serving.settings import ServingSettings
 
-    settings = _settings()
+    settings = _settings(ServingSettings)
     try:
         run(settings, workers=workers)
     except MLOpsError as exc:

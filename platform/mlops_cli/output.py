@@ -10,7 +10,7 @@ import os
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TypeVar, overload
 
 import typer
 from rich.console import Console
@@ -19,6 +19,8 @@ from mlops.errors import MLOpsError
 
 if TYPE_CHECKING:  # settings (pydantic-settings) load after a command's own argument checks
     from mlops.settings import Settings
+
+    DeployableSettings = TypeVar("DeployableSettings", bound=Settings)
 
 _DURATION_UNITS = {"m": "minutes", "h": "hours", "d": "days"}
 
@@ -54,14 +56,23 @@ def since_start(since: str | None, option: str = "--since") -> datetime | None:
     return datetime.now(UTC) - timedelta(**{_DURATION_UNITS[since[-1]]: int(since[:-1])})
 
 
-def load_settings() -> Settings:
-    """The settings, or exit 2 naming what is wrong with them (a variable, the params file)."""
+@overload
+def load_settings() -> Settings: ...
+
+
+@overload
+def load_settings(kind: type[DeployableSettings]) -> DeployableSettings: ...
+
+
+def load_settings(kind: type[Settings] | None = None) -> Settings:
+    """The settings (the base, or a deployable's ``kind``), or exit 2 naming what is wrong with them
+    (a variable, the params file)."""
     from pydantic import ValidationError
 
     from mlops.settings import PARAMS_FILE_VARIABLE, Settings
 
     try:
-        return Settings()
+        return (kind or Settings)()
     except ValidationError as exc:
         params_file = os.environ.get(PARAMS_FILE_VARIABLE)
         source = f"MLOPS_* setting or in {PARAMS_FILE_VARIABLE}={params_file}" if params_file else "MLOPS_* setting"

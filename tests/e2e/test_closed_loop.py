@@ -33,6 +33,7 @@ from monitoring.actions import read_history
 from monitoring.dashboards import DASHBOARD_DIR
 from monitoring.job import run_drift, running_retrainings
 from monitoring.labels import ingest_labels
+from monitoring.settings import MonitoringSettings
 from monitoring.window import WindowSpec
 from pipelines.demo import free_port, replay_start, start_service, wait_ready
 from pipelines.demo_replay import request_body
@@ -42,8 +43,9 @@ from pipelines.steps.preprocess import time_split
 
 def _service_has_admin_routes() -> bool:
     from serving.app import create_app
+    from serving.settings import ServingSettings
 
-    return "/admin/fallback" in create_app(Settings()).openapi()["paths"]
+    return "/admin/fallback" in create_app(ServingSettings()).openapi()["paths"]
 
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200),
@@ -139,7 +141,7 @@ def test_drift_switches_to_fallback_retrains_and_the_service_follows(home: Setti
 
         os.environ["MLOPS_SERVICE_URL"] = base
         os.environ["MLOPS_PUSHGATEWAY_URL"] = stack.gateway
-        acting = Settings()
+        acting = MonitoringSettings()
         record = _timed(timings, "drift job -> CRITICAL", lambda: run_drift(acting, WindowSpec()))
         assert record.level == "CRITICAL"
         assert record.actions == ["fallback", "retrain"]

@@ -28,6 +28,7 @@ from mlops.settings import Settings
 from mlops_cli.app import app
 from monitoring.actions import read_history
 from monitoring.job import run_drift, running_retrainings
+from monitoring.settings import MonitoringSettings
 from monitoring.window import WindowSpec
 
 if TYPE_CHECKING:
@@ -74,15 +75,15 @@ def admin() -> Iterator[str]:
 
 
 @pytest.fixture
-def settings(tmp_path: Path, admin: str, tracking_uri: str, monkeypatch: pytest.MonkeyPatch) -> Settings:
+def settings(tmp_path: Path, admin: str, tracking_uri: str, monkeypatch: pytest.MonkeyPatch) -> MonitoringSettings:
     values = {"MLOPS_HOME": str(tmp_path / "home"), "MLOPS_TRACKING_URI": tracking_uri, "MLOPS_SERVICE_URL": admin,
               "MLOPS_ADMIN_TOKEN": TOKEN, "MLOPS_DRIFT_COOLDOWN_S": "3600", "MLOPS_KFP_HOST": "http://127.0.0.1:9"}
     for key, value in values.items():
         monkeypatch.setenv(key, value)
-    return Settings()
+    return MonitoringSettings()
 
 
-def test_no_drift_logs_and_exports_info(settings: Settings, reference: ReferenceProfile, live: Traffic,
+def test_no_drift_logs_and_exports_info(settings: MonitoringSettings, reference: ReferenceProfile, live: Traffic,
                                         write_log: LogWriter, register_profile: Registrar) -> None:
     version = register_profile(settings, reference)
     write_log(live("none"), PredictionLog(log_dir(settings)), version=version)
@@ -102,8 +103,8 @@ def test_no_drift_logs_and_exports_info(settings: Settings, reference: Reference
 
 
 def test_critical_drift_switches_to_fallback_retrains_once_and_respects_the_cooldown(
-        settings: Settings, reference: ReferenceProfile, live: Traffic, write_log: LogWriter, contract: DataContract,
-        tmp_path: Path, register_profile: Registrar) -> None:
+        settings: MonitoringSettings, reference: ReferenceProfile, live: Traffic, write_log: LogWriter,
+        contract: DataContract, tmp_path: Path, register_profile: Registrar) -> None:
     version = register_profile(settings, reference)
     drifted = live("amount_inflation")
     write_log(drifted, PredictionLog(log_dir(settings)), version=version)

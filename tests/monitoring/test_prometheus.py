@@ -21,13 +21,13 @@ from prometheus_stack import BINARIES, MISSING_REASON, PROMETHEUS_DIR, Prometheu
 
 from mlops.prediction_log import PredictionLog, log_dir
 from mlops.reference_profile import ReferenceProfile
-from mlops.settings import Settings
 from monitoring.dashboards import DASHBOARD_DIR
 from monitoring.dashboards import main as dashboards_main
 from monitoring.job import run_drift
 from monitoring.labels import ingest_labels
 from monitoring.quality_job import run_quality
 from monitoring.render_dashboards import render
+from monitoring.settings import MonitoringSettings
 from monitoring.window import WindowSpec
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def test_prometheus_scrapes_the_jobs_and_every_panel_and_rule_evaluates(
     for key, value in {"MLOPS_HOME": str(tmp_path / "home"), "MLOPS_TRACKING_URI": tracking_uri,
                        "MLOPS_PUSHGATEWAY_URL": gateway, "MLOPS_DRIFT_RETRAIN": "false"}.items():
         monkeypatch.setenv(key, value)
-    settings = Settings()
+    settings = MonitoringSettings()
     version = register_profile(settings, reference)
     window = live("online_shift")
     write_log(window, PredictionLog(log_dir(settings)), version=version)

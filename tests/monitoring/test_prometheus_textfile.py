@@ -17,8 +17,8 @@ from prometheus_stack import BINARIES, free_port, prometheus_stack, until, wait_
 
 from mlops.prediction_log import PredictionLog, log_dir
 from mlops.reference_profile import ReferenceProfile
-from mlops.settings import Settings
 from monitoring.job import run_drift
+from monitoring.settings import MonitoringSettings
 from monitoring.window import WindowSpec
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def test_an_embedded_critical_run_fires_feature_drift_critical(
                        "MLOPS_DRIFT_RETRAIN": "false", "MLOPS_SERVICE_URL": f"http://127.0.0.1:{free_port()}"}.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("MLOPS_PUSHGATEWAY_URL", raising=False)
-    settings = Settings()
+    settings = MonitoringSettings()
     assert settings.monitoring_dir == directory
     assert settings.pushgateway_url is None
     (tmp_path / "prometheus").mkdir()

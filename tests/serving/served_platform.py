@@ -19,9 +19,9 @@ from feature_repo.store import materialize_online, publish_features
 from mlops import feature_store, registry
 from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
-from mlops.settings import Settings
 from pipelines.steps.export import export_and_check, log_model_to_mlflow
 from pipelines.steps.train import TrainParams, train_model
+from serving.settings import ServingSettings
 
 N_ROWS = 3000
 SEED = 3
@@ -30,7 +30,7 @@ MAX_EPOCHS = 3
 
 @dataclass(frozen=True)
 class ServedPlatform:
-    settings: Settings
+    settings: ServingSettings
     contract: DataContract
     transactions: pd.DataFrame
     onnx_path: Path
@@ -47,7 +47,7 @@ def _time_split(frame: pd.DataFrame, contract: DataContract) -> tuple[pd.DataFra
     return ordered.iloc[:n_train], ordered.iloc[n_train:n_train + n_val], ordered.iloc[n_train + n_val:]
 
 
-def build_platform(settings: Settings) -> ServedPlatform:
+def build_platform(settings: ServingSettings) -> ServedPlatform:
     contract = load_contract(settings.contract_path)
     transactions = generate_transactions(N_ROWS, seed=SEED)
     publish_features(transactions, contract, settings)
@@ -76,7 +76,7 @@ def platform_in_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MLOPS_HOME", str(home))
         patch.setenv("MLOPS_MAX_EPOCHS", str(MAX_EPOCHS))
-        yield build_platform(Settings())
+        yield build_platform(ServingSettings())
 
 
 def sample_body(platform: ServedPlatform) -> dict[str, Any]:

@@ -28,9 +28,9 @@ from mlops import registry
 from mlops.features import compute_features, empty_history
 from mlops.inference import OnnxModel
 from mlops.prediction_log import log_dir, read_predictions
-from mlops.settings import Settings
 from serving.app import create_app
 from serving.predictor import Gathered, prediction_record
+from serving.settings import ServingSettings
 
 UNKNOWN_CUSTOMER = "C-never-seen"
 
@@ -205,7 +205,7 @@ def test_without_a_promoted_model_the_app_starts_and_answers_503(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: dict[str, Any]
 ) -> None:
     monkeypatch.setenv("MLOPS_HOME", str(tmp_path / "empty-home"))
-    settings = Settings()
+    settings = ServingSettings()
 
     with TestClient(create_app(settings)) as empty:
         health = empty.get("/healthz")

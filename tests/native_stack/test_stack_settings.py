@@ -18,11 +18,12 @@ from pydantic import ValidationError
 
 from feature_repo.config import redis_connection_string
 from feature_repo.store import open_store
-from infra import stack_processes as procs
-from infra.stack import Stack, down, up
-from infra.stack_config import prometheus_config
 from mlops.errors import StackError
 from mlops.settings import Settings
+from native_stack import processes as procs
+from native_stack.config import prometheus_config
+from native_stack.settings import StackSettings
+from native_stack.supervisor import Stack, down, up
 
 
 @pytest.fixture
@@ -38,7 +39,7 @@ def test_profile_fills_what_the_environment_leaves_unset(clean_env: pytest.Monke
     assert Settings().online_store == "sqlite"
     clean_env.setenv("MLOPS_PROFILE", "stack")
     clean_env.setenv("MLOPS_PORT", "18123")
-    settings = Settings()
+    settings = StackSettings()
     assert settings.resolved_tracking_uri == "http://127.0.0.1:5000"
     assert settings.online_store == "redis"
     assert settings.redis_url is not None
@@ -65,7 +66,7 @@ def test_bad_store_settings_are_refused_by_name(clean_env: pytest.MonkeyPatch, e
 
 def test_cli_reports_a_bad_profile_in_one_line_with_exit_code_2(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("MLOPS_PROFILE", "nope")
-    result = subprocess.run([sys.executable, "-m", "infra.stack", "status"], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "native_stack", "status"], capture_output=True, text=True,
                             check=False, timeout=120)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
@@ -92,7 +93,7 @@ def test_feast_online_store_follows_the_setting(clean_env: pytest.MonkeyPatch) -
 
 def test_prometheus_config_scrapes_the_stacks_ports(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("MLOPS_PROFILE", "stack")
-    settings = Settings(stack_scrape_interval_s=1)
+    settings = StackSettings(stack_scrape_interval_s=1)
     config = yaml.safe_load(prometheus_config(settings, {**Stack(settings).ports, "serving": 18001}))
     assert config["global"] == {"scrape_interval": "1s", "evaluation_interval": "1s"}
     targets = {job["job_name"]: job["static_configs"][0]["targets"] for job in config["scrape_configs"]}
@@ -106,7 +107,7 @@ def test_a_taken_port_stops_the_start_naming_the_service(clean_env: pytest.Monke
         taken.listen()
         clean_env.setenv("MLOPS_PROFILE", "stack")
         clean_env.setenv("MLOPS_STACK_POSTGRES_PORT", str(taken.getsockname()[1]))
-        settings = Settings()
+        settings = StackSettings()
         with pytest.raises(StackError, match=rf"postgres: port {taken.getsockname()[1]} on 127.0.0.1 is in use"):
             up(settings)
     assert not Stack(settings).records_path.exists()
@@ -114,7 +115,7 @@ def test_a_taken_port_stops_the_start_naming_the_service(clean_env: pytest.Monke
 
 def test_down_stops_recorded_processes_and_never_a_reused_pid(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
     clean_env.setenv("MLOPS_PROFILE", "stack")
-    settings = Settings()
+    settings = StackSettings()
     stack = Stack(settings)
     sleeper = procs.start("redis", ["sleep", "300"], tmp_path / "sleep.log")
     stranger = subprocess.Popen(["sleep", "300"])

@@ -14,10 +14,10 @@ from typing import Any
 
 import yaml
 
-from infra.manifests import REPO_ROOT
 from mlops.errors import StackError
-from mlops.settings import Settings
+from native_stack.settings import StackSettings
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = REPO_ROOT / "monitoring" / "prometheus"
 # Debian installs PostgreSQL's server programs outside PATH, one folder per major version.
 POSTGRES_BIN_GLOB = "/usr/lib/postgresql/*/bin"
@@ -41,7 +41,7 @@ def server_binary(name: str) -> str:
     return found
 
 
-def prometheus_config(settings: Settings, ports: Mapping[str, int]) -> str:
+def prometheus_config(settings: StackSettings, ports: Mapping[str, int]) -> str:
     """prometheus.yml for this stack: the platform's jobs pointed at the stack's ports."""
     config: dict[str, Any] = yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text())
     interval = f"{settings.stack_scrape_interval_s:g}s"

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from infra.gates.outcome import GateOutcome, failed, passed
-from infra.gates.runs import TRAINED, newest_run
+from ci_gates.outcome import GateOutcome, failed, passed
+from ci_gates.runs import TRAINED, newest_run
 from mlops.errors import TrainingError
 from mlops.settings import Settings
 

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from infra.gates.__main__ import main
-from infra.gates.image import image_gate
-from infra.gates.make_targets import make_gate
-from infra.manifests import REPO_ROOT
+from ci_gates.__main__ import REPO_ROOT, main
+from ci_gates.image import image_gate
+from ci_gates.make_targets import make_gate
 
 BIN = Path(sys.executable).parent
 
@@ -108,7 +107,7 @@ def test_command_line_prints_one_line_per_gate_and_exits_by_the_result(
 
 
 def test_unknown_gate_exits_2_with_one_line() -> None:
-    result = subprocess.run([sys.executable, "-m", "infra.gates", "lint", "speed"], cwd=REPO_ROOT,
+    result = subprocess.run([sys.executable, "-m", "ci_gates", "lint", "speed"], cwd=REPO_ROOT,
                             capture_output=True, text=True, check=False)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (

@@ -9,8 +9,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from infra.gates.outcome import GateOutcome, failed, passed
-from infra.gates.runs import INGESTED, newest_run
+from ci_gates.outcome import GateOutcome, failed, passed
+from ci_gates.runs import INGESTED, newest_run
 from mlops.contract import load_contract
 from mlops.errors import NotFoundError
 from mlops.settings import Settings

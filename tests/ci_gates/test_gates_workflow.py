@@ -15,8 +15,7 @@ import jsonschema
 import pytest
 import yaml
 
-from infra.gates.__main__ import GATES
-from infra.manifests import REPO_ROOT
+from ci_gates.__main__ import GATES, REPO_ROOT
 
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "gates.yml"
 MAKE_TARGET = re.compile(r"^([A-Za-z][\w-]*):", re.MULTILINE)
@@ -71,8 +70,8 @@ def test_runs_on_push_and_pull_request_with_one_job_per_kind_of_gate(workflow: d
     for words in run_lines(workflow):
         if words[:2] == ["make", "gates"]:
             gates_run |= set(next(w for w in words if w.startswith("GATES=")).removeprefix("GATES=").split())
-        if "infra.gates" in words and "--refresh-baseline" not in words:
-            gates_run |= {w for w in words[words.index("infra.gates") + 1:] if not w.startswith("-")}
+        if "ci_gates" in words and "--refresh-baseline" not in words:
+            gates_run |= {w for w in words[words.index("ci_gates") + 1:] if not w.startswith("-")}
     assert gates_run == set(GATES)
 
 

@@ -7,12 +7,11 @@ Ports come from the settings (the ``stack`` profile's fixed ones, or the environ
 platform's own clients and the stack always agree. The ids of the started processes are recorded
 in ``stack/processes.json``; ``down`` stops exactly those.
 
-    python -m infra.stack up | down | status
+    python -m native_stack up | down | status
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import secrets
 import signal
@@ -26,10 +25,10 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from infra import stack_processes as procs
-from infra.stack_config import prometheus_config, server_binary
-from mlops.errors import MLOpsError, StackError
-from mlops.settings import Settings
+from mlops.errors import StackError
+from native_stack import processes as procs
+from native_stack.config import prometheus_config, server_binary
+from native_stack.settings import StackSettings
 
 ORDER = ("postgres", "mlflow", "redis", "pushgateway", "serving", "prometheus")
 READY_TIMEOUT_S = {"postgres": 60.0, "mlflow": 120.0, "redis": 30.0, "pushgateway": 30.0, "serving": 120.0,
@@ -42,7 +41,7 @@ DATABASE = "mlflow"
 class Stack:
     """Where everything of one stack lives and listens, derived from the settings."""
 
-    settings: Settings
+    settings: StackSettings
 
     @property
     def root(self) -> Path:
@@ -230,7 +229,7 @@ def _launch(stack: Stack, name: str) -> tuple[procs.ProcessRecord, Callable[[], 
     return record, lambda: _http_ok(check)
 
 
-def up(settings: Settings, *, echo: bool = False) -> dict[str, procs.ProcessRecord]:
+def up(settings: StackSettings, *, echo: bool = False) -> dict[str, procs.ProcessRecord]:
     """Start every service; on any failure stop what was started and raise.
 
     Postgres first (MLflow needs it at start); the others start together and are waited for in
@@ -264,7 +263,7 @@ def up(settings: Settings, *, echo: bool = False) -> dict[str, procs.ProcessReco
     return records
 
 
-def down(settings: Settings, *, echo: bool = False) -> list[str]:
+def down(settings: StackSettings, *, echo: bool = False) -> list[str]:
     """Stop the recorded processes, last started first; returns the names of those that were running."""
     stack = Stack(settings)
     records = stack.records()
@@ -277,36 +276,5 @@ def down(settings: Settings, *, echo: bool = False) -> list[str]:
     return stopped
 
 
-def status(settings: Settings) -> dict[str, bool]:
+def status(settings: StackSettings) -> dict[str, bool]:
     return {name: procs.is_running(record) for name, record in Stack(settings).records().items()}
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.stack", description=__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=("up", "down", "status"))
-    action = parser.parse_args(argv).action
-    try:
-        settings = Settings()
-        if action == "up":
-            started = time.monotonic()
-            up(settings, echo=True)
-            print(f"stack up in {time.monotonic() - started:.1f} s; processes recorded in "
-                  f"{Stack(settings).records_path}; Prometheus at {Stack(settings).prometheus_url}")
-        elif action == "down":
-            down(settings, echo=True)
-        else:
-            for name, alive in status(settings).items():
-                print(f"{name:<12} {'running' if alive else 'not running'}")
-            if not status(settings):
-                print(f"no processes recorded in {Stack(settings).records_path}")
-    except MLOpsError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
-        return exc.exit_code
-    except ValueError as exc:  # pydantic's ValidationError: a bad MLOPS_* value
-        print(f"error: invalid MLOPS_* setting: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

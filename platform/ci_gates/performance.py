@@ -11,15 +11,15 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from infra.gates.outcome import GateOutcome, failed, passed
+from ci_gates.outcome import GateOutcome, failed, passed
+from ci_gates.settings import GateSettings
 from mlops import registry
 from mlops.errors import NotFoundError, RegistryError
-from mlops.settings import Settings
 
 GATE = "performance"
 
 
-def performance_gate(settings: Settings, candidate: str | None = None) -> GateOutcome:
+def performance_gate(settings: GateSettings, candidate: str | None = None) -> GateOutcome:
     """Score the candidate (default: newest version) and the champion on the candidate's test split."""
     import pandas as pd
 

@@ -1,9 +1,9 @@
-"""``python -m infra.gates [GATE ...]``: run the CI/CD gates in order, one line each; exit 1 if any failed.
+"""``python -m ci_gates [GATE ...]``: run the CI/CD gates in order, one line each; exit 1 if any failed.
 
-    python -m infra.gates                                   # all: lint tests data repro performance latency image
-    python -m infra.gates data repro performance latency image
-    python -m infra.gates image --without-docker skip
-    python -m infra.gates latency --refresh-baseline         # measure and write the baseline (then commit it)
+    python -m ci_gates                                 # all: lint tests data repro performance latency image
+    python -m ci_gates data repro performance latency image
+    python -m ci_gates image --without-docker skip
+    python -m ci_gates latency --refresh-baseline      # measure and write the baseline (then commit it)
 
 Bad options exit 2 with one line. Settings (MLOPS_HOME, MLOPS_GATE_MIN_F1, ...) come from the
 environment as everywhere else.
@@ -18,52 +18,52 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from infra.gates.outcome import GateOutcome, failed
+from ci_gates.outcome import GateOutcome, failed
+from ci_gates.settings import GateSettings
 from mlops.errors import MLOpsError
-from mlops.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-Gate = Callable[[argparse.Namespace, Settings], GateOutcome]
+Gate = Callable[[argparse.Namespace, GateSettings], GateOutcome]
 
 
-def _lint(args: argparse.Namespace, settings: Settings) -> GateOutcome:
-    from infra.gates.make_targets import make_gate
+def _lint(args: argparse.Namespace, settings: GateSettings) -> GateOutcome:
+    from ci_gates.make_targets import make_gate
 
     return make_gate("lint", "lint", REPO_ROOT, settings.resolved_home / "gates")
 
 
-def _tests(args: argparse.Namespace, settings: Settings) -> GateOutcome:
-    from infra.gates.make_targets import make_gate
+def _tests(args: argparse.Namespace, settings: GateSettings) -> GateOutcome:
+    from ci_gates.make_targets import make_gate
 
     return make_gate("tests", "test", REPO_ROOT, settings.resolved_home / "gates")
 
 
-def _data(args: argparse.Namespace, settings: Settings) -> GateOutcome:
-    from infra.gates.data import data_gate
+def _data(args: argparse.Namespace, settings: GateSettings) -> GateOutcome:
+    from ci_gates.data import data_gate
 
     return data_gate(settings, args.data_run)
 
 
-def _repro(args: argparse.Namespace, settings: Settings) -> GateOutcome:
-    from infra.gates.reproducibility import reproducibility_gate
+def _repro(args: argparse.Namespace, settings: GateSettings) -> GateOutcome:
+    from ci_gates.reproducibility import reproducibility_gate
 
     return reproducibility_gate(settings, args.repro_run)
 
 
-def _performance(args: argparse.Namespace, settings: Settings) -> GateOutcome:
-    from infra.gates.performance import performance_gate
+def _performance(args: argparse.Namespace, settings: GateSettings) -> GateOutcome:
+    from ci_gates.performance import performance_gate
 
     return performance_gate(settings, args.candidate)
 
 
-def _latency(args: argparse.Namespace, settings: Settings) -> GateOutcome:
-    from infra.gates.latency import latency_gate
+def _latency(args: argparse.Namespace, settings: GateSettings) -> GateOutcome:
+    from ci_gates.latency import latency_gate
 
     return latency_gate(settings, args.baseline, url=args.url, app=args.app)
 
 
-def _image(args: argparse.Namespace, settings: Settings) -> GateOutcome:
-    from infra.gates.image import image_gate
+def _image(args: argparse.Namespace, settings: GateSettings) -> GateOutcome:
+    from ci_gates.image import image_gate
 
     return image_gate(REPO_ROOT, settings.resolved_home / "gates", tag=args.image_tag,
                       without_docker=args.without_docker)
@@ -74,7 +74,7 @@ GATES: dict[str, Gate] = {"lint": _lint, "tests": _tests, "data": _data, "repro"
                           "performance": _performance, "latency": _latency, "image": _image}
 
 
-def run_gate(name: str, gate: Gate, args: argparse.Namespace, settings: Settings) -> GateOutcome:
+def run_gate(name: str, gate: Gate, args: argparse.Namespace, settings: GateSettings) -> GateOutcome:
     """One gate, timed; whatever it raises is that gate's failure (a gate that cannot look never passes)."""
     started = time.monotonic()
     try:
@@ -88,9 +88,9 @@ def run_gate(name: str, gate: Gate, args: argparse.Namespace, settings: Settings
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from infra.gates.latency import BASELINE
+    from ci_gates.latency import BASELINE
 
-    parser = argparse.ArgumentParser(prog="python -m infra.gates", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m ci_gates", description=__doc__.split("\n")[0])
     parser.add_argument("gates", nargs="*", metavar="GATE", help=f"any of {', '.join(GATES)} (default: all)")
     parser.add_argument("--without-docker", choices=("fail", "skip"), default="fail",
                         help="the image gate where no Docker engine runs (default: fail)")
@@ -120,12 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per download drowns the lines
     try:
-        settings = Settings()
+        settings = GateSettings()
     except ValidationError as exc:
         print(f"error: invalid MLOPS_* setting: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}", file=sys.stderr)
         return 2
     if args.refresh_baseline:
-        from infra.gates.latency import refresh_baseline
+        from ci_gates.latency import refresh_baseline
 
         outcome = run_gate("latency", lambda a, s: refresh_baseline(s, a.baseline, seconds=a.seconds,
                                                                     connections=a.connections, url=a.url,

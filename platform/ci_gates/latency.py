@@ -19,7 +19,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from infra.gates.outcome import GateOutcome, failed, passed
+from ci_gates.outcome import GateOutcome, failed, passed
+from ci_gates.settings import GateSettings
 from mlops.errors import ConfigError, MLOpsError
 from mlops.settings import Settings
 
@@ -104,7 +105,7 @@ def _measure_service(settings: Settings, url: str | None, app: str, seconds: int
         return measure(started, seconds, connections)
 
 
-def latency_gate(settings: Settings, baseline_path: Path = BASELINE, *, url: str | None = None,
+def latency_gate(settings: GateSettings, baseline_path: Path = BASELINE, *, url: str | None = None,
                  app: str = "serving.main:service_app") -> GateOutcome:
     """Measure /predict (of ``url``, else of a service started here) and compare p99 with the baseline."""
     baseline = read_baseline(baseline_path)

@@ -17,12 +17,13 @@ from slow_service import serving_in_thread, slow_app
 
 from benchmarks.serving_side_by_side import free_port
 from feature_repo.store import materialize_online, publish_features
-from infra.gates.__main__ import main
-from infra.gates.data import data_gate
-from infra.gates.latency import latency_gate, read_baseline, refresh_baseline
-from infra.gates.performance import performance_gate
-from infra.gates.reproducibility import check_reproducibility
-from infra.gates.runs import TRAINED, newest_run
+from ci_gates.__main__ import main
+from ci_gates.data import data_gate
+from ci_gates.latency import latency_gate, read_baseline, refresh_baseline
+from ci_gates.performance import performance_gate
+from ci_gates.reproducibility import check_reproducibility
+from ci_gates.runs import TRAINED, newest_run
+from ci_gates.settings import GateSettings
 from mlops import registry
 from mlops.contract import load_contract
 from mlops.data.generator import generate_transactions
@@ -30,6 +31,7 @@ from mlops.settings import Settings
 from pipelines.splits import split_paths
 from pipelines.tasks import ingest_task
 from pipelines.train_command import recorded_inputs, train_and_export
+from serving.settings import ServingSettings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 ENV = {"MLOPS_MAX_EPOCHS": "3", "MLOPS_PATIENCE": "10", "MLOPS_DEVICE": "cpu", "MLOPS_SEED": "3",
@@ -38,7 +40,7 @@ ENV = {"MLOPS_MAX_EPOCHS": "3", "MLOPS_PATIENCE": "10", "MLOPS_DEVICE": "cpu", "
 
 @dataclass(frozen=True)
 class GateHome:
-    settings: Settings
+    settings: GateSettings
     champion: str  # trained on the real labels, holds the production alias
     shuffled: str  # trained on shuffled labels, the newest version
     good_run: str  # pipeline run that ingested valid data
@@ -48,7 +50,7 @@ class GateHome:
 def _register(settings: Settings, data_dir: Path, out: Path) -> str:
     report = train_and_export(split_paths(data_dir), out, str(out / "checkpoints"), settings)
     assert report is not None
-    return registry.register_version(settings, report.model_uri, report.run_id, {"source": "tests/infra"})
+    return registry.register_version(settings, report.model_uri, report.run_id, {"source": "tests/ci_gates"})
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +59,7 @@ def home(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Iterator[G
     with pytest.MonkeyPatch.context() as patch:
         for key, value in {**ENV, "MLOPS_HOME": str(path)}.items():
             patch.setenv(key, value)
-        settings = Settings()
+        settings = GateSettings()
         contract = load_contract(settings.contract_path)
         raw = generate_transactions(1_500, seed=5)
         raw.to_csv(path / "good.csv", index=False)
@@ -153,7 +155,7 @@ def test_latency_gate_fails_an_injected_slow_down_and_passes_the_same_service(ho
     delay = tmp_path / "delay-ms"
     delay.write_text("600")  # dominates the service's own few ms, so the passing comparison is not noise
     baseline = tmp_path / "baseline.json"
-    with serving_in_thread(slow_app(home.settings, delay), free_port()) as url:
+    with serving_in_thread(slow_app(ServingSettings(), delay), free_port()) as url:
         refreshed = refresh_baseline(home.settings, baseline, seconds=3, connections=8, url=url)
         assert refreshed.status == "PASS", refreshed.line()
         assert read_baseline(baseline).p99_ms >= 600

@@ -1,4 +1,4 @@
-"""The native production-shaped stack (infra/stack.py), brought up for real on private ports.
+"""The native production-shaped stack (platform/native_stack), brought up for real on private ports.
 
 One stack for the module: PostgreSQL under MLflow's tracking server, Redis as Feast's online store,
 the Pushgateway, the prediction service and Prometheus (1 s scrapes). The pipeline's steps run
@@ -34,14 +34,14 @@ import redis
 from prometheus_stack import free_port, until
 
 from feature_repo.store import materialize_online
-from infra import stack as native_stack
-from infra import stack_processes as procs
-from infra.stack_config import server_binary
 from mlops import registry
 from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
 from mlops.errors import RegistryError, StackError
-from mlops.settings import Settings
+from native_stack import processes as procs
+from native_stack import supervisor
+from native_stack.config import server_binary
+from native_stack.settings import StackSettings
 from pipelines.demo import replay_start
 from pipelines.demo_replay import request_body
 from pipelines.runner import run_pipeline
@@ -67,14 +67,14 @@ REQUESTS = 40
 
 @dataclass
 class RunningStack:
-    settings: Settings
+    settings: StackSettings
     contract: DataContract
     data: pd.DataFrame
     source: Path
 
     @property
-    def stack(self) -> native_stack.Stack:
-        return native_stack.Stack(self.settings)
+    def stack(self) -> supervisor.Stack:
+        return supervisor.Stack(self.settings)
 
     def query(self, expr: str) -> list[dict[str, object]]:
         body = httpx.get(f"{self.stack.prometheus_url}/api/v1/query", params={"query": expr}, timeout=10).json()
@@ -99,18 +99,18 @@ def running() -> Iterator[RunningStack]:
     with pytest.MonkeyPatch.context() as patch:
         for key, value in env.items():
             patch.setenv(key, value)
-        settings = Settings()
+        settings = StackSettings()
         records: dict[str, procs.ProcessRecord] = {}
         try:
             started = time.monotonic()
-            records = native_stack.up(settings)
+            records = supervisor.up(settings)
             print(f"stack up in {time.monotonic() - started:.1f} s")
             data = generate_transactions(ROWS, seed=11)
             source = work / "transactions.parquet"
             data.to_parquet(source, index=False)
             yield RunningStack(settings, load_contract(settings.contract_path), data, source)
         finally:
-            native_stack.down(settings)
+            supervisor.down(settings)
             survivors = [f"{r.name} (pid {r.pid})" for r in records.values() if procs.is_running(r)]
             shutil.rmtree(work, ignore_errors=True)
             assert not survivors, f"still running after stack down: {survivors}"
@@ -121,14 +121,14 @@ def test_stack_is_configured_by_the_profile(running: RunningStack) -> None:
     assert settings.online_store == "redis"
     assert settings.tracking_http_retries == 2  # from profiles/stack.env, under the environment's ports
     assert settings.resolved_tracking_uri == os.environ["MLOPS_TRACKING_URI"]
-    backend = native_stack.backend_store_uri(running.stack)
+    backend = supervisor.backend_store_uri(running.stack)
     assert backend.startswith("postgresql+psycopg2://mlflow:")
-    assert set(native_stack.status(settings).values()) == {True}
+    assert set(supervisor.status(settings).values()) == {True}
     config = (running.stack.root / "prometheus" / "prometheus.yml").read_text()
     assert f"127.0.0.1:{settings.port}" in config
     assert "dcgm" not in config
     with pytest.raises(StackError, match="already running"):
-        native_stack.up(settings)
+        supervisor.up(settings)
 
 
 def _keys(client: redis.Redis) -> int:
@@ -189,7 +189,7 @@ def _registry_in_postgres(running: RunningStack) -> tuple[list[str], list[str]]:
     """(versions holding the serving alias, all versions) of the model, read from MLflow's tables."""
     import psycopg2
 
-    uri = native_stack.backend_store_uri(running.stack).replace("postgresql+psycopg2://", "postgresql://")
+    uri = supervisor.backend_store_uri(running.stack).replace("postgresql+psycopg2://", "postgresql://")
     name = running.settings.model_name
     with psycopg2.connect(uri) as connection, connection.cursor() as cursor:
         cursor.execute("SELECT version FROM registered_model_aliases WHERE name = %s AND alias = %s",
@@ -208,7 +208,7 @@ def test_killing_mlflow_mid_run_fails_clearly_and_promotes_nothing(running: Runn
         _kill_mlflow_during_a_run(running, before)
     finally:
         # The module's other tests (any order) need the server again; recorded so stack down stops it.
-        restarted = native_stack.start_service(running.stack, "mlflow")
+        restarted = supervisor.start_service(running.stack, "mlflow")
         procs.write_records(running.stack.records_path, {**running.stack.records(), "mlflow": restarted})
     assert registry.alias_version(running.settings) == promoted  # the restarted server lost nothing
 

@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from infra.gates.outcome import GateOutcome, failed, passed
+from ci_gates.outcome import GateOutcome, failed, passed
 
 # make's own "recipe failed" lines, its directory lines (printed when make runs under make) and blank
 # lines say nothing about why.

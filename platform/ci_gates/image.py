@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from infra.gates.make_targets import summary_line
-from infra.gates.outcome import GateOutcome, failed, passed, skipped
+from ci_gates.make_targets import summary_line
+from ci_gates.outcome import GateOutcome, failed, passed, skipped
 
 GATE = "image"
 DOCKERFILE = "serving/Dockerfile"

@@ -20,13 +20,13 @@ import httpx
 import uvicorn
 from fastapi import FastAPI, Request, Response
 
-from mlops.settings import Settings
 from serving.app import create_app
+from serving.settings import ServingSettings
 
 READY_TIMEOUT_S = 120.0
 
 
-def slow_app(settings: Settings, delay_file: Path) -> FastAPI:
+def slow_app(settings: ServingSettings, delay_file: Path) -> FastAPI:
     app = create_app(settings)
 
     @app.middleware("http")

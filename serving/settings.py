@@ -1,0 +1,22 @@
+"""The prediction service's settings: the platform's base plus what only the service reads."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from mlops.settings import Settings
+
+
+class ServingSettings(Settings):
+    """The base settings and the service's own: request limits, polling, shadow scoring, gRPC."""
+
+    max_clock_skew_s: float = Field(
+        default=300.0, ge=0, description="How far in the future a request's event_timestamp may lie.")
+    model_poll_interval_s: float = Field(
+        default=30.0, gt=0, description="How often the service re-reads the alias it serves.")
+    max_body_bytes: int = Field(default=1 << 20, ge=1024, description="Largest request body accepted (413).")
+    shadow: bool = Field(default=False, description="Also score the `challenger` alias off the response path.")
+    prediction_log_fsync_interval_s: float = Field(
+        default=1.0, ge=0.0, le=60.0, description="fsync the prediction log this often (0: before every answer); "
+        "an answer waits only for the OS to hold the record, which survives SIGKILL but not power loss.")
+    grpc_port: int = Field(default=0, ge=0, le=65535, description="Open Inference Protocol gRPC port (0: none).")
