@@ -30,7 +30,7 @@ from mlops.online_features import materialize_online
 from mlops.settings import Settings
 from pipelines.splits import split_paths
 from pipelines.tasks import ingest_task
-from pipelines.train_command import recorded_inputs, train_and_export
+from pipelines.training.command import recorded_inputs, train_and_export
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 ENV = {"MLOPS_MAX_EPOCHS": "3", "MLOPS_PATIENCE": "10", "MLOPS_DEVICE": "cpu", "MLOPS_SEED": "3",

@@ -21,7 +21,7 @@ from pipelines.steps.quality import (
     slice_metrics,
     slice_regressions,
 )
-from pipelines.steps.train import TrainParams, train_model
+from pipelines.training.trainer import TrainParams, train_model
 
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 GATES = QualityGates(slice_f1_tolerance=0.1, slice_min_positives=1)

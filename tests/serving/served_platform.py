@@ -21,7 +21,7 @@ from mlops.data.generator import generate_transactions
 from mlops.online_features import materialize_online
 from mlops.settings import Settings
 from pipelines.steps.export import export_and_check, log_model_to_mlflow
-from pipelines.steps.train import TrainParams, train_model
+from pipelines.training.trainer import TrainParams, train_model
 
 N_ROWS = 3000
 SEED = 3

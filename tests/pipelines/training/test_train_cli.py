@@ -7,13 +7,10 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
-from mlflow_stores import copy_mlflow_template
 from typer.testing import CliRunner
 
 from mlops import registry
@@ -21,22 +18,7 @@ from mlops.cli import app
 from mlops.settings import Settings
 
 runner = CliRunner()
-# Dropout off: the 2-rank run then sees exactly the single run's batches (see pipelines/distributed.shard),
-# so its F1 differs only by floating-point summation order, not by sampling noise on a tiny test split.
-ENV = {"MLOPS_MAX_EPOCHS": "5", "MLOPS_PATIENCE": "10", "MLOPS_DROPOUT": "0", "MLOPS_DEVICE": "cpu",
-       "MLOPS_SEED": "3", "MLOPS_BATCH_SIZE": "256"}
 RUN_LINE = re.compile(r"run ([0-9a-f]{32}):")
-
-
-@pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path) -> Iterator[Path]:
-    path = copy_mlflow_template(mlflow_template, tmp_path_factory.mktemp("train-cli-home"))
-    with pytest.MonkeyPatch.context() as patch:
-        for key, value in {**ENV, "MLOPS_HOME": str(path)}.items():
-            patch.setenv(key, value)
-        yield path
-    mlflow.set_tracking_uri(None)  # type: ignore[arg-type]  # None = unset, the environment decides again
-    mlflow.set_registry_uri(None)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +49,7 @@ def test_single_run_lists_its_three_splits_as_mlflow_datasets(home: Path, data_d
 
     import pandas as pd
 
-    from pipelines.train_entry import file_sha256
+    from pipelines.training.entry import file_sha256
 
     inputs = _client(home).get_run(single_run).inputs
     assert inputs is not None

@@ -1,11 +1,14 @@
-"""The trained model as the train step hands it to the export step: ``model.pt`` in the out dir.
+"""The trained model as the train step hands it to the export step: ``model.pt`` and ``training.json``
+in the out dir.
 
 Weights, architecture, vocabularies and the decision threshold in one file, readable with
-``torch.load(weights_only=True)`` (no pickled code), written by rank 0 only.
+``torch.load(weights_only=True)`` (no pickled code), written by rank 0 only; beside it the summary
+of the run, whose fingerprint and hashes the ONNX file records.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +19,7 @@ from mlops.errors import InputError
 from mlops.model import FraudMLP
 
 MODEL_FILE = "model.pt"
+SUMMARY_FILE = "training.json"
 
 
 @dataclass(frozen=True)
@@ -40,3 +44,11 @@ def load_trained(path: Path, contract: DataContract) -> TrainedModel:
     model = FraudMLP.for_contract(contract, bundle["vocabs"], tuple(bundle["hidden_sizes"]), bundle["dropout"])
     model.load_state_dict(bundle["state_dict"])
     return TrainedModel(model=model.eval(), vocabs=bundle["vocabs"], threshold=float(bundle["threshold"]))
+
+
+def onnx_metadata(out_dir: Path, contract: DataContract) -> dict[str, str]:
+    """What the exported file records about its inputs (never a run, so the same inputs give the same
+    bytes): the training fingerprint, the contract's hash, which the service checks, and the train split's."""
+    summary = json.loads((out_dir / SUMMARY_FILE).read_text())
+    return {"training_fingerprint": summary["fingerprint"], "contract_sha256": contract.fingerprint,
+            "train_sha256": summary["data_sha256"]["train"]}
