@@ -30,7 +30,7 @@ from pipelines.splits import split_paths
 from pipelines.training import distributed
 from pipelines.training.checkpoint import CheckpointStore, sigterm_requests_checkpoint
 from pipelines.training.data import read_split
-from pipelines.training.trained_model import MODEL_FILE, SUMMARY_FILE, save_trained
+from pipelines.training.trained_model import MODEL_FILE, TrainingSummary, save_trained, write_summary
 from pipelines.training.trainer import Checkpointing, EpochMetrics, TrainParams, TrainResult, train_model
 
 log = logging.getLogger("pipelines.training.entry")  # not "__main__" under `python -m`
@@ -112,12 +112,11 @@ def _write_outputs(out_dir: Path, result: TrainResult, params: TrainParams, fing
                    data_sha256: dict[str, str]) -> None:
     save_trained(out_dir / MODEL_FILE, result.model, result.vocabs, result.threshold, params.hidden_sizes,
                  params.dropout)
-    summary = {"fingerprint": fingerprint, "data_sha256": data_sha256, "best_epoch": result.best_epoch,
-               "epochs_run": len(result.history), "stop_reason": result.stop_reason,
-               "train_seconds": result.seconds, "rows_per_epoch": result.rows_per_epoch,
-               "threshold": result.threshold, "device": result.device,
-               "precision": result.precision, "world_size": result.world_size, "params": params.model_dump()}
-    (out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+    write_summary(out_dir, TrainingSummary(
+        fingerprint=fingerprint, data_sha256=data_sha256, best_epoch=result.best_epoch,
+        epochs_run=len(result.history), stop_reason=result.stop_reason, train_seconds=result.seconds,
+        rows_per_epoch=result.rows_per_epoch, threshold=result.threshold, device=result.device,
+        precision=result.precision, world_size=result.world_size, params=params.model_dump(mode="json")))
     log.info("rank 0 wrote %s (best epoch %d, threshold %.4f)", out_dir / MODEL_FILE, result.best_epoch,
              result.threshold)
 

@@ -4,6 +4,7 @@ they write the same ONNX file, byte for byte, and both carry the contract's hash
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import onnx
@@ -21,7 +22,15 @@ from pipelines.splits import split_paths
 
 
 @pytest.fixture(scope="module")
-def pipeline_onnx(home: Path, data_dir: Path) -> Path:
+def two_epochs(home: Path) -> Iterator[None]:
+    """Two epochs of the small splits: enough for two trainings to drift apart, over in seconds."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLOPS_MAX_EPOCHS", "2")
+        yield
+
+
+@pytest.fixture(scope="module")
+def pipeline_onnx(home: Path, data_dir: Path, two_epochs: None) -> Path:
     """The pipeline's train and export tasks on ``data_dir``'s splits, copied to extensionless files as
     KFP hands artifacts over; returns the exported file."""
     settings = Settings()
