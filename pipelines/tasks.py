@@ -129,7 +129,7 @@ def train_task(train: Path, validation: Path, test: Path, run_id: str, model_dir
 
 def export_task(model_dir: Path, test: Path, run_id: str, onnx_dir: Path) -> str:
     """ONNX export with parity check and calibration figures, logged to MLflow; returns the model URI."""
-    from pipelines.steps.export import export_step
+    from pipelines.training.export import export_step
 
     settings, contract = _context()
     with tracked_step(run_id, "export"):

@@ -25,8 +25,8 @@ from mlops.inference import OnnxModel
 from mlops.settings import Settings
 from pipelines.steps.calibration import calibration_report
 from pipelines.steps.evaluate import compute_metrics
-from pipelines.steps.export import export_step
 from pipelines.training.entry import file_sha256, run_training
+from pipelines.training.export import export_step
 from pipelines.training.tracking import TRAINING_DATA_ARTIFACTS, params_from_run
 from pipelines.training.trainer import TrainParams
 

@@ -12,7 +12,6 @@ from mlops.contract import DataContract
 from mlops.inference import OnnxModel
 from pipelines.steps.calibration import calibration_report, fit_platt
 from pipelines.steps.evaluate import QualityGates, apply_gates, evaluate
-from pipelines.steps.export import export_and_check
 from pipelines.steps.quality import (
     SliceMetrics,
     behavioural_tests,
@@ -21,6 +20,7 @@ from pipelines.steps.quality import (
     slice_metrics,
     slice_regressions,
 )
+from pipelines.training.export import export_and_check
 from pipelines.training.trainer import TrainParams, train_model
 
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]

@@ -20,7 +20,7 @@ from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
 from mlops.online_features import materialize_online
 from mlops.settings import Settings
-from pipelines.steps.export import export_and_check, log_model_to_mlflow
+from pipelines.training.export import export_and_check, log_model_to_mlflow
 from pipelines.training.trainer import TrainParams, train_model
 
 N_ROWS = 3000
