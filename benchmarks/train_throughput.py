@@ -34,9 +34,10 @@ import torch
 from mlops.contract import DataContract, load_contract
 from mlops.model import FraudMLP, fit_vocabularies
 from mlops.settings import BUNDLED_CONTRACT, Settings
-from pipelines.steps.train import TrainParams
-from pipelines.steps.train_data import read_split
-from pipelines.train_entry import run_training, split_paths
+from pipelines.splits import split_paths
+from pipelines.training.data import read_split
+from pipelines.training.entry import run_training
+from pipelines.training.trainer import TrainParams
 
 
 def write_splits(folder: Path, contract: DataContract, train_rows: int, seed: int = 0) -> dict[str, Path]:

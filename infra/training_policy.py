@@ -1,7 +1,7 @@
 """Policies for distributed training and priorities over a built manifest set.
 
 - A distributed job (TrainJob, Volcano Job) runs the training entry point
-  ``torchrun --nnodes=N --nproc_per_node=G -m pipelines.train_entry --data-dir D --out-dir O
+  ``torchrun --nnodes=N --nproc_per_node=G -m pipelines.training.entry --data-dir D --out-dir O
   --checkpoint-dir C`` with N and G equal to the nodes and GPUs per node it asks for, starts all
   nodes or none (Volcano: minAvailable = replicas), mounts D, O and C from a shared volume on every
   pod, and gives the SIGTERM checkpoint at least MIN_GRACE_SECONDS.
@@ -16,7 +16,7 @@ from typing import Any
 from infra.manifests import object_id
 from infra.pods import Obj, PodTemplate, pod_templates
 
-ENTRY_MODULE = "pipelines.train_entry"
+ENTRY_MODULE = "pipelines.training.entry"
 DIR_FLAGS = ("--data-dir", "--out-dir", "--checkpoint-dir")
 MIN_GRACE_SECONDS = 120
 EXPECTED_PRIORITIES = {"production-inference": 1000, "batch-training": 100}

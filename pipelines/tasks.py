@@ -117,7 +117,7 @@ def preprocess_task(snapshot: Path, run_id: str, split_paths: dict[str, Path]) -
 
 def train_task(train: Path, validation: Path, test: Path, run_id: str, model_dir: Path) -> None:
     """Train (under torchrun when this pod has several GPUs); rank 0 leaves model.pt in ``model_dir``."""
-    from pipelines.train_entry import launch_on_local_gpus, run_training
+    from pipelines.training.entry import launch_on_local_gpus, run_training
 
     settings, _ = _context()
     paths = {"train": train, "validation": validation, "test": test}
@@ -129,25 +129,15 @@ def train_task(train: Path, validation: Path, test: Path, run_id: str, model_dir
 
 def export_task(model_dir: Path, test: Path, run_id: str, onnx_dir: Path) -> str:
     """ONNX export with parity check and calibration figures, logged to MLflow; returns the model URI."""
-    from pipelines.steps.export import export_and_check, log_model_to_mlflow, uncalibrated_report
-    from pipelines.steps.trained_model import MODEL_FILE, load_trained
-    from pipelines.train_entry import SUMMARY_FILE
+    from pipelines.training.export import export_step
 
     settings, contract = _context()
-    trained = load_trained(model_dir / MODEL_FILE, contract)
-    summary = json.loads((model_dir / SUMMARY_FILE).read_text())
-    frame = pd.read_parquet(test)
     with tracked_step(run_id, "export"):
-        export = export_and_check(trained, contract, frame, onnx_dir, settings.parity_tolerance,
-                                  metadata={"training_fingerprint": summary["fingerprint"],
-                                            "contract_sha256": contract.fingerprint,
-                                            "train_sha256": summary["data_sha256"]["train"]})
-        uncalibrated = uncalibrated_report(trained, contract, frame)
-        mlflow.log_metrics({"test_brier_uncalibrated": uncalibrated.brier,
-                            "test_ece_uncalibrated": uncalibrated.ece})
-        model_uri = log_model_to_mlflow(run_id, export)
+        exported = export_step(model_dir, pd.read_parquet(test), contract, onnx_dir, settings.parity_tolerance,
+                               run_id)
+    export = exported.export
     log.info("exported %s (sha256 %s), parity %.2e", export.onnx_path, export.sha256[:12], export.max_abs_diff)
-    return model_uri
+    return exported.model_uri
 
 
 def evaluation_metrics(report: EvaluationReport) -> dict[str, float]:

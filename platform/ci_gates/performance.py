@@ -66,8 +66,8 @@ def _test_split(run_id: str, version: str, into: Path) -> Path:
     import mlflow
     from mlflow.exceptions import MlflowException
 
-    from pipelines.train_command import logged_split
-    from pipelines.train_tracking import TRAINING_DATA_ARTIFACTS
+    from pipelines.training.command import logged_split
+    from pipelines.training.tracking import TRAINING_DATA_ARTIFACTS
 
     try:
         folder = Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=TRAINING_DATA_ARTIFACTS,

@@ -20,8 +20,8 @@ from mlops.errors import TrainingError
 from mlops.settings import Settings
 
 if TYPE_CHECKING:
-    from pipelines.steps.train import TrainParams
-    from pipelines.train_command import TrainReport
+    from pipelines.training.command import TrainReport
+    from pipelines.training.trainer import TrainParams
 
 GATE = "repro"
 _SHOWN_DIFFERENCES = 3
@@ -29,7 +29,7 @@ _SHOWN_DIFFERENCES = 3
 
 def reproducibility_gate(settings: Settings, run_id: str | None = None) -> GateOutcome:
     """Train run ``run_id``'s recorded inputs (default: the newest training run's) twice and compare."""
-    from pipelines.train_command import recorded_inputs
+    from pipelines.training.command import recorded_inputs
 
     run = newest_run(settings, TRAINED, run_id)
     with tempfile.TemporaryDirectory() as tmp:
@@ -44,7 +44,7 @@ def check_reproducibility(paths: dict[str, Path], runs: Sequence[TrainParams], s
 
     The gate passes the same settings twice; its test adds a run with another seed, which must differ.
     """
-    from pipelines.train_command import train_and_export
+    from pipelines.training.command import train_and_export
 
     gate_runs = settings.model_copy(update={"experiment": f"{settings.experiment}-gates"})
     reports: list[TrainReport] = []

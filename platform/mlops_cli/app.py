@@ -331,10 +331,10 @@ def train_command(
     settings = _settings()
     from rich.table import Table
 
-    from pipelines.checkpoint import TrainingPreempted
     from pipelines.logs import configure_logging
-    from pipelines.train_command import reproduce as reproduce_run
-    from pipelines.train_command import train_and_export
+    from pipelines.training.checkpoint import TrainingPreempted
+    from pipelines.training.command import reproduce as reproduce_run
+    from pipelines.training.command import train_and_export
 
     configure_logging()
     out = out_dir or settings.runs_dir / "train"
@@ -351,8 +351,8 @@ def train_command(
         checkpoints = checkpoint_dir or settings.resolved_checkpoint_dir
         params = None
         if search:
-            from pipelines.search import search as run_search
-            from pipelines.train_command import new_run
+            from pipelines.training.command import new_run
+            from pipelines.training.search import search as run_search
 
             run_id = run_id or new_run(settings, {"entry": "mlops train --search"})
             params = run_search(paths, search, settings, run_id)

@@ -30,7 +30,7 @@ from mlops.data.generator import generate_transactions
 from mlops.settings import Settings
 from pipelines.splits import split_paths
 from pipelines.tasks import ingest_task
-from pipelines.train_command import recorded_inputs, train_and_export
+from pipelines.training.command import recorded_inputs, train_and_export
 from serving.settings import ServingSettings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]

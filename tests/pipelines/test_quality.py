@@ -12,7 +12,6 @@ from mlops.contract import DataContract
 from mlops.inference import OnnxModel
 from pipelines.steps.calibration import calibration_report, fit_platt
 from pipelines.steps.evaluate import QualityGates, apply_gates, evaluate
-from pipelines.steps.export import export_and_check
 from pipelines.steps.quality import (
     SliceMetrics,
     behavioural_tests,
@@ -21,7 +20,8 @@ from pipelines.steps.quality import (
     slice_metrics,
     slice_regressions,
 )
-from pipelines.steps.train import TrainParams, train_model
+from pipelines.training.export import export_and_check
+from pipelines.training.trainer import TrainParams, train_model
 
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 GATES = QualityGates(slice_f1_tolerance=0.1, slice_min_positives=1)

@@ -19,8 +19,8 @@ from feature_repo.store import materialize_online, publish_features
 from mlops import feature_store, registry
 from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
-from pipelines.steps.export import export_and_check, log_model_to_mlflow
-from pipelines.steps.train import TrainParams, train_model
+from pipelines.training.export import export_and_check, log_model_to_mlflow
+from pipelines.training.trainer import TrainParams, train_model
 from serving.settings import ServingSettings
 
 N_ROWS = 3000

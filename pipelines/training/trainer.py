@@ -31,12 +31,12 @@ from mlops.contract import DataContract
 from mlops.errors import TrainingError
 from mlops.model import FraudMLP, fit_vocabularies
 from mlops.settings import Settings
-from pipelines.checkpoint import CheckpointStore, PreemptionFlag, TrainingPreempted
-from pipelines.distributed import Rank, any_rank, pick_device, shard, sum_over_ranks
 from pipelines.steps.calibration import CalibrationReport, calibration_report, fit_platt
-from pipelines.steps.system_metrics import SystemMetrics, device_metrics
-from pipelines.steps.train_data import SplitArrays, epoch_rows, negative_weights, split_arrays, to_device
-from pipelines.steps.trained_model import TrainedModel
+from pipelines.training.checkpoint import CheckpointStore, PreemptionFlag, TrainingPreempted
+from pipelines.training.data import SplitArrays, epoch_rows, negative_weights, split_arrays, to_device
+from pipelines.training.distributed import Rank, any_rank, pick_device, shard, sum_over_ranks
+from pipelines.training.system_metrics import SystemMetrics, device_metrics
+from pipelines.training.trained_model import TrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +179,7 @@ def train_model(train: SplitArrays | pd.DataFrame, val: SplitArrays | pd.DataFra
                 on_epoch: Callable[[EpochMetrics], None] | None = None) -> TrainResult:
     """Train with early stopping on validation PR-AUC, keep the best epoch, calibrate on validation.
 
-    The splits come as arrays (:func:`~pipelines.steps.train_data.read_split`) or as frames, encoded here.
+    The splits come as arrays (:func:`~pipelines.training.data.read_split`) or as frames, encoded here.
     """
     vocabs = fit_vocabularies(contract)
     train_arrays = split_arrays(train, contract, vocabs, "train")

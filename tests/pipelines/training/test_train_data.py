@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from mlops.contract import DataContract
 from mlops.errors import InputError, TrainingError
 from mlops.model import encode, fit_vocabularies
-from pipelines.steps.train_data import epoch_rows, frame_arrays, input_columns, negative_weights, read_split
+from pipelines.training.data import epoch_rows, frame_arrays, input_columns, negative_weights, read_split
 
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 

@@ -1,5 +1,5 @@
 """`mlops train`: one process, under torchrun (2 gloo ranks), --reproduce and --search, against a real
-MLflow store on SQLite."""
+MLflow store on SQLite; on the same splits and settings it writes the pipeline's ONNX file, byte for byte."""
 
 from __future__ import annotations
 
@@ -17,11 +17,12 @@ from mlflow_stores import copy_mlflow_template
 from typer.testing import CliRunner
 
 from mlops import registry
+from mlops.contract import DataContract
 from mlops.settings import Settings
 from mlops_cli.app import app
 
 runner = CliRunner()
-# Dropout off: the 2-rank run then sees exactly the single run's batches (see pipelines/distributed.shard),
+# Dropout off: the 2-rank run then sees exactly the single run's batches (see pipelines/training/distributed.shard),
 # so its F1 differs only by floating-point summation order, not by sampling noise on a tiny test split.
 ENV = {"MLOPS_MAX_EPOCHS": "5", "MLOPS_PATIENCE": "10", "MLOPS_DROPOUT": "0", "MLOPS_DEVICE": "cpu",
        "MLOPS_SEED": "3", "MLOPS_BATCH_SIZE": "256"}
@@ -67,7 +68,7 @@ def test_single_run_lists_its_three_splits_as_mlflow_datasets(home: Path, data_d
 
     import pandas as pd
 
-    from pipelines.train_entry import file_sha256
+    from pipelines.training.entry import file_sha256
 
     inputs = _client(home).get_run(single_run).inputs
     assert inputs is not None
@@ -96,6 +97,41 @@ def test_reproduce_gives_identical_metrics_and_onnx_hash(home: Path, single_run:
     assert {k: again.data.metrics[k] for k in test_metrics} == test_metrics
     assert again.data.tags["onnx_sha256"] == original.data.tags["onnx_sha256"]
     assert "NO" not in result.output
+
+
+@pytest.fixture(scope="module")
+def pipeline_onnx(home: Path, data_dir: Path) -> Path:
+    """The pipeline's train and export tasks on the single run's splits, copied to extensionless files as
+    KFP hands artifacts over; returns the file the export task wrote."""
+    import shutil
+
+    from mlops.registry import ONNX_FILE
+    from pipelines import tasks
+    from pipelines.splits import split_paths
+
+    client = _client(home)
+    run_id = client.create_run(registry.ensure_experiment(Settings())).info.run_id
+    artifacts = home / "pipeline"
+    splits = {name: artifacts / "preprocess" / name for name in ("train", "validation", "test")}
+    for name, path in split_paths(data_dir).items():
+        splits[name].parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, splits[name])
+    model_dir, onnx_dir = artifacts / "train" / "model", artifacts / "export" / "onnx"
+    tasks.train_task(splits["train"], splits["validation"], splits["test"], run_id, model_dir)
+    tasks.export_task(model_dir, splits["test"], run_id, onnx_dir)
+    return onnx_dir / ONNX_FILE
+
+
+def test_mlops_train_writes_the_pipelines_onnx_file_byte_for_byte(
+    home: Path, single_run: str, pipeline_onnx: Path, contract: DataContract
+) -> None:
+    import onnx
+
+    command_onnx = home / "single" / "onnx" / "model.onnx"
+    assert command_onnx.read_bytes() == pipeline_onnx.read_bytes()
+    for path in (command_onnx, pipeline_onnx):
+        metadata = {prop.key: prop.value for prop in onnx.load(str(path)).metadata_props}
+        assert metadata["contract_sha256"] == contract.fingerprint  # the service checks it on load
 
 
 @pytest.mark.timeout(400)

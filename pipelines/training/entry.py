@@ -1,7 +1,7 @@
-"""The training entry point: ``python -m pipelines.train_entry`` alone or under ``torchrun``.
+"""The training entry point: ``python -m pipelines.training.entry`` alone or under ``torchrun``.
 
-    python -m pipelines.train_entry --data-dir DIR --out-dir DIR [--checkpoint-dir URL] [--run-id ID]
-    torchrun --nnodes=N --nproc_per_node=G -m pipelines.train_entry --data-dir DIR --out-dir DIR ...
+    python -m pipelines.training.entry --data-dir DIR --out-dir DIR [--checkpoint-dir URL] [--run-id ID]
+    torchrun --nnodes=N --nproc_per_node=G -m pipelines.training.entry --data-dir DIR --out-dir DIR ...
 
 DIR holds train.parquet, validation.parquet and test.parquet as preprocess writes them. Every rank
 trains on its shard; rank 0 alone logs to MLflow (when a run id is given), checkpoints and writes
@@ -26,15 +26,14 @@ from mlops.contract import DataContract, load_contract
 from mlops.errors import MLOpsError
 from mlops.model import fit_vocabularies
 from mlops.settings import Settings
-from pipelines import distributed
-from pipelines.checkpoint import CheckpointStore, sigterm_requests_checkpoint
 from pipelines.splits import split_paths
-from pipelines.steps.train import Checkpointing, EpochMetrics, TrainParams, TrainResult, train_model
-from pipelines.steps.train_data import read_split
-from pipelines.steps.trained_model import MODEL_FILE, save_trained
+from pipelines.training import distributed
+from pipelines.training.checkpoint import CheckpointStore, sigterm_requests_checkpoint
+from pipelines.training.data import read_split
+from pipelines.training.trained_model import MODEL_FILE, TrainingSummary, save_trained, write_summary
+from pipelines.training.trainer import Checkpointing, EpochMetrics, TrainParams, TrainResult, train_model
 
-log = logging.getLogger("pipelines.train_entry")  # not "__main__" under `python -m`
-SUMMARY_FILE = "training.json"
+log = logging.getLogger("pipelines.training.entry")  # not "__main__" under `python -m`
 
 
 @dataclass(frozen=True)
@@ -99,8 +98,8 @@ def run_training(paths: dict[str, Path], out_dir: Path, checkpoint_dir: str, *, 
         if rank.is_main:
             _write_outputs(out_dir, result, params, fingerprint, data_sha256)
             if run_id:
-                from pipelines.lineage import log_split_datasets
-                from pipelines.train_tracking import log_training
+                from pipelines.training.lineage import log_split_datasets
+                from pipelines.training.tracking import log_training
 
                 log_training(run_id, params, result, fingerprint=fingerprint, data=paths, data_sha256=data_sha256)
                 log_split_datasets(run_id, paths, data_sha256, contract)
@@ -113,12 +112,11 @@ def _write_outputs(out_dir: Path, result: TrainResult, params: TrainParams, fing
                    data_sha256: dict[str, str]) -> None:
     save_trained(out_dir / MODEL_FILE, result.model, result.vocabs, result.threshold, params.hidden_sizes,
                  params.dropout)
-    summary = {"fingerprint": fingerprint, "data_sha256": data_sha256, "best_epoch": result.best_epoch,
-               "epochs_run": len(result.history), "stop_reason": result.stop_reason,
-               "train_seconds": result.seconds, "rows_per_epoch": result.rows_per_epoch,
-               "threshold": result.threshold, "device": result.device,
-               "precision": result.precision, "world_size": result.world_size, "params": params.model_dump()}
-    (out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+    write_summary(out_dir, TrainingSummary(
+        fingerprint=fingerprint, data_sha256=data_sha256, best_epoch=result.best_epoch,
+        epochs_run=len(result.history), stop_reason=result.stop_reason, train_seconds=result.seconds,
+        rows_per_epoch=result.rows_per_epoch, threshold=result.threshold, device=result.device,
+        precision=result.precision, world_size=result.world_size, params=params.model_dump(mode="json")))
     log.info("rank 0 wrote %s (best epoch %d, threshold %.4f)", out_dir / MODEL_FILE, result.best_epoch,
              result.threshold)
 
@@ -135,7 +133,7 @@ def launch_on_local_gpus(paths: dict[str, Path], out_dir: Path, checkpoint_dir: 
         target.unlink(missing_ok=True)
         target.symlink_to(path.resolve())
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={gpus}", "-m",
-               "pipelines.train_entry", "--data-dir", str(data_dir), "--out-dir", str(out_dir),
+               "pipelines.training.entry", "--data-dir", str(data_dir), "--out-dir", str(out_dir),
                "--checkpoint-dir", checkpoint_dir, "--run-id", run_id]
     log.info("training on %d local GPUs: %s", gpus, " ".join(command))
     subprocess.run(command, check=True)
@@ -143,7 +141,7 @@ def launch_on_local_gpus(paths: dict[str, Path], out_dir: Path, checkpoint_dir: 
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.train_entry", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m pipelines.training.entry", description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", type=Path, required=True, help="holds train/validation/test.parquet")
     parser.add_argument("--out-dir", type=Path, required=True, help="rank 0 writes model.pt and training.json")
     parser.add_argument("--checkpoint-dir", default=None,
@@ -153,8 +151,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipelines.checkpoint import TrainingPreempted
     from pipelines.logs import configure_logging
+    from pipelines.training.checkpoint import TrainingPreempted
 
     configure_logging()
     args = parse_args(argv)

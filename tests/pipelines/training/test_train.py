@@ -18,10 +18,10 @@ from mlops.errors import TrainingError
 from mlops.inference import OnnxModel
 from mlops.model import encode
 from mlops.settings import Settings
-from pipelines.steps.export import ExportResult, export_and_check, log_model_to_mlflow
-from pipelines.steps.train import EpochMetrics, TrainParams, TrainResult, best_f1_threshold, train_model
-from pipelines.steps.trained_model import load_trained, save_trained
-from pipelines.train_tracking import log_training, params_from_run
+from pipelines.training.export import ExportResult, export_and_check, log_model_to_mlflow
+from pipelines.training.tracking import log_training, params_from_run
+from pipelines.training.trained_model import load_trained, save_trained
+from pipelines.training.trainer import EpochMetrics, TrainParams, TrainResult, best_f1_threshold, train_model
 
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 

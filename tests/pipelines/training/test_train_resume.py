@@ -16,10 +16,10 @@ import torch
 from mlops.contract import DataContract
 from mlops.errors import TrainingError
 from mlops.settings import Settings
-from pipelines.checkpoint import PREEMPTED_EXIT_CODE, CheckpointStore
 from pipelines.splits import split_paths
-from pipelines.steps.train import Checkpointing, TrainParams, train_model
-from pipelines.train_entry import run_training
+from pipelines.training.checkpoint import PREEMPTED_EXIT_CODE, CheckpointStore
+from pipelines.training.entry import run_training
+from pipelines.training.trainer import Checkpointing, TrainParams, train_model
 
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 # Small batches make an epoch long enough (about 70 steps) for the signal to land inside it.
@@ -29,7 +29,7 @@ PREEMPTED = re.compile(r"SIGTERM: checkpointed at epoch (\d+) step (\d+)/(\d+)")
 
 
 def _command(data_dir: Path, out_dir: Path, checkpoints: Path) -> list[str]:
-    return [sys.executable, "-m", "pipelines.train_entry", "--data-dir", str(data_dir), "--out-dir", str(out_dir),
+    return [sys.executable, "-m", "pipelines.training.entry", "--data-dir", str(data_dir), "--out-dir", str(out_dir),
             "--checkpoint-dir", str(checkpoints)]
 
 

@@ -2,7 +2,7 @@
 
 Applied to the ``train`` task where the pipeline is assembled (the Kubernetes settings of issue 10
 add tolerations, node selector and queue label beside it). With several GPUs in one pod the step
-runs torchrun over them (pipelines.train_entry.launch_on_local_gpus); more than one node is a
+runs torchrun over them (pipelines.training.entry.launch_on_local_gpus); more than one node is a
 gang-scheduled job of its own running the same entry point.
 """
 

@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from pipelines.provenance import git_commit, library_versions
 from pipelines.steps.calibration import plot_reliability
-from pipelines.steps.train import EPOCH_KEYS, TrainParams, TrainResult
+from pipelines.training.trainer import EPOCH_KEYS, TrainParams, TrainResult
 
 TRAINING_DATA_ARTIFACTS = "training_data"
 PARAMS_PREFIX = "train."  # the TrainParams fields, as `mlops train --reproduce` reads them back

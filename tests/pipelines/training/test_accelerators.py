@@ -11,7 +11,7 @@ from kfp import compiler, dsl
 
 from mlops.errors import ConfigError
 from pipelines import components
-from pipelines.accelerators import request_gpus
+from pipelines.training.accelerators import request_gpus
 
 
 def _compiled_train_resources(tmp_path: Path, gpus: int, mig_profile: str | None) -> dict[str, Any]:

@@ -28,10 +28,10 @@ from mlops.model import FraudMLP, encode, fit_vocabularies
 from mlops.onnx_export import export_onnx
 from mlops.settings import Settings
 from pipelines.steps.evaluate import EvaluationReport, QualityGates, evaluate
-from pipelines.steps.export import ExportResult, log_model_to_mlflow
-from pipelines.steps.train import TrainParams, TrainResult, best_f1_threshold, train_model
 from pipelines.tasks import evaluate_task
-from pipelines.train_entry import run_training
+from pipelines.training.entry import run_training
+from pipelines.training.export import ExportResult, log_model_to_mlflow
+from pipelines.training.trainer import TrainParams, TrainResult, best_f1_threshold, train_model
 
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 

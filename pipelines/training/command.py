@@ -1,4 +1,5 @@
-"""``mlops train``: train (the entry point's code), export, score the test split, all in one MLflow run;
+"""``mlops train``: train and export as the pipeline's steps do (the same functions, so the same ONNX
+file), then score the test split, all in one MLflow run;
 ``--reproduce RUN_ID`` does it again from what that run recorded and compares.
 
 Under torchrun every rank trains and rank 0 alone exports and scores.
@@ -24,11 +25,10 @@ from mlops.inference import OnnxModel
 from mlops.settings import Settings
 from pipelines.steps.calibration import calibration_report
 from pipelines.steps.evaluate import compute_metrics
-from pipelines.steps.export import export_and_check, log_model_to_mlflow, uncalibrated_report
-from pipelines.steps.train import TrainParams
-from pipelines.steps.trained_model import MODEL_FILE, load_trained
-from pipelines.train_entry import file_sha256, run_training
-from pipelines.train_tracking import TRAINING_DATA_ARTIFACTS, params_from_run
+from pipelines.training.entry import file_sha256, run_training
+from pipelines.training.export import export_step
+from pipelines.training.tracking import TRAINING_DATA_ARTIFACTS, params_from_run
+from pipelines.training.trainer import TrainParams
 
 log = logging.getLogger(__name__)
 ONNX_SUBDIR = "onnx"
@@ -62,23 +62,19 @@ def train_and_export(paths: dict[str, Path], out_dir: Path, checkpoint_dir: str,
     if not outcome.is_main or run_id is None:
         return None
     contract = load_contract(settings.contract_path)
-    trained = load_trained(out_dir / MODEL_FILE, contract)
     test = pd.read_parquet(paths["test"])
-    export = export_and_check(trained, contract, test, out_dir / ONNX_SUBDIR, settings.parity_tolerance,
-                              metadata={"training_fingerprint": outcome.fingerprint,
-                                        "train_sha256": outcome.data_sha256["train"]})
+    exported = export_step(out_dir, test, contract, out_dir / ONNX_SUBDIR, settings.parity_tolerance, run_id)
+    export = exported.export
     served = OnnxModel(export.onnx_path)
     labels = test[contract.label_column].to_numpy().astype(int)
     proba = served.predict_proba(test)
-    calibrated, uncalibrated = calibration_report(labels, proba), uncalibrated_report(trained, contract, test)
-    metrics = {f"test_{k}": v for k, v in compute_metrics(labels, proba, served.threshold).model_dump().items()}
-    metrics.update({"test_brier": calibrated.brier, "test_ece": calibrated.ece,
-                    "test_brier_uncalibrated": uncalibrated.brier, "test_ece_uncalibrated": uncalibrated.ece})
+    calibrated = calibration_report(labels, proba)
+    scores = {f"test_{k}": v for k, v in compute_metrics(labels, proba, served.threshold).model_dump().items()}
+    scores.update({"test_brier": calibrated.brier, "test_ece": calibrated.ece})
     with mlflow.start_run(run_id=run_id):
-        mlflow.log_metrics(metrics)
-        model_uri = log_model_to_mlflow(run_id, export)
-    return TrainReport(run_id=run_id, metrics=metrics, onnx_sha256=export.sha256, onnx_path=export.onnx_path,
-                       model_uri=model_uri)
+        mlflow.log_metrics(scores)
+    return TrainReport(run_id=run_id, metrics={**scores, **exported.metrics}, onnx_sha256=export.sha256,
+                       onnx_path=export.onnx_path, model_uri=exported.model_uri)
 
 
 def recorded_inputs(run_id: str, into: Path) -> tuple[Run, TrainParams, dict[str, Path]]:

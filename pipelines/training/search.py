@@ -16,9 +16,9 @@ import mlflow
 from mlops.contract import load_contract
 from mlops.model import fit_vocabularies
 from mlops.settings import Settings
-from pipelines.steps.train import TrainParams, train_model
-from pipelines.steps.train_data import read_split
-from pipelines.train_tracking import params_to_log
+from pipelines.training.data import read_split
+from pipelines.training.tracking import params_to_log
+from pipelines.training.trainer import TrainParams, train_model
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,8 @@
 """Export step: the trained model to one ONNX file with a parity check, and the model into MLflow.
 
 Its own step after training, so a distributed training job only trains; export runs once, on one
-machine, from rank 0's ``model.pt``.
+machine, from rank 0's ``model.pt``. :func:`export_step` is the one export of both the pipeline's
+export task and ``mlops train``: the same out dir gives the same file, byte for byte.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from mlops.model import encode
 from mlops.onnx_export import check_parity, export_onnx
 from mlops.registry import ONNX_FILE
 from pipelines.steps.calibration import CalibrationReport, calibration_report
-from pipelines.steps.trained_model import TrainedModel
+from pipelines.training.trained_model import MODEL_FILE, TrainedModel, load_trained, onnx_metadata
 
 if TYPE_CHECKING:
     from mlflow.models.signature import ModelSignature
@@ -39,6 +40,24 @@ class ExportResult:
     @property
     def sha256(self) -> str:
         return hashlib.sha256(self.onnx_path.read_bytes()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ExportOutcome:
+    export: ExportResult
+    model_uri: str  # the logged ONNX model, ready to register
+    metrics: dict[str, float]  # the raw score's calibration on the test split, as logged
+
+
+def export_step(model_dir: Path, test: pd.DataFrame, contract: DataContract, onnx_dir: Path, tolerance: float,
+                run_id: str) -> ExportOutcome:
+    """The train step's out dir to ``onnx_dir/model.onnx``, parity-checked, logged to ``run_id`` with the
+    uncalibrated score's Brier and ECE on ``test``."""
+    trained = load_trained(model_dir / MODEL_FILE, contract)
+    export = export_and_check(trained, contract, test, onnx_dir, tolerance, onnx_metadata(model_dir, contract))
+    uncalibrated = uncalibrated_report(trained, contract, test)
+    metrics = {"test_brier_uncalibrated": uncalibrated.brier, "test_ece_uncalibrated": uncalibrated.ece}
+    return ExportOutcome(export=export, model_uri=log_model_to_mlflow(run_id, export, metrics), metrics=metrics)
 
 
 def export_and_check(trained: TrainedModel, contract: DataContract, test: pd.DataFrame, out_dir: Path,
@@ -93,8 +112,8 @@ def _runtime_requirements() -> list[str]:
     return pins
 
 
-def log_model_to_mlflow(run_id: str, export: ExportResult) -> str:
-    """Log the ONNX model (and its hash and parity) to run ``run_id``; returns the model URI."""
+def log_model_to_mlflow(run_id: str, export: ExportResult, metrics: dict[str, float] | None = None) -> str:
+    """Log the ONNX model (its hash, its parity and ``metrics``) to run ``run_id``; returns the model URI."""
     import mlflow
     import mlflow.onnx
 
@@ -106,7 +125,7 @@ def log_model_to_mlflow(run_id: str, export: ExportResult) -> str:
         else mlflow.start_run(run_id=run_id, nested=active is not None)
     )
     with run_context:
-        mlflow.log_metric("export_max_abs_diff", export.max_abs_diff)
+        mlflow.log_metrics({"export_max_abs_diff": export.max_abs_diff, **(metrics or {})})
         mlflow.set_tag("onnx_sha256", export.sha256)
         info = mlflow.onnx.log_model(
             onnx_model,
