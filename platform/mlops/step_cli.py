@@ -1,8 +1,8 @@
 """``mlops step ...``: one command per pipeline step, reading and writing files at the paths given.
 
-Each calls the task its Kubeflow component calls (pipelines/tasks.py), so dvc.yaml's stages run
+Each calls the task its Kubeflow component calls (pipelines/orchestration/tasks.py), so dvc.yaml's stages run
 the pipeline's own code and declare its files as deps and outs. What a component returns (run id,
-model URI, decision) goes to a small JSON record instead (pipelines/step_records.py). Like the
+model URI, decision) goes to a small JSON record instead (pipelines/orchestration/records.py). Like the
 rest of the CLI, the commands import pipelines/ lazily, and each reads its input record before it
 imports the step's libraries, so a wrong path fails in a second; errors print one line, exit non-zero.
 """
@@ -54,8 +54,8 @@ def ingest_step(
 
     def body(settings: Settings) -> None:
         check_source(source)  # before pandas and MLflow are imported
-        from pipelines.step_records import IngestRecord, write_record
-        from pipelines.tasks import ingest_task
+        from pipelines.orchestration.records import IngestRecord, write_record
+        from pipelines.orchestration.tasks import ingest_task
 
         run_id, sha256 = ingest_task(source, snapshot, run_name, since, until, last_weeks)
         write_record(record, IngestRecord(run_id=run_id, dataset_sha256=sha256))
@@ -73,10 +73,10 @@ def validate_step(
     """Great Expectations suite from the contract; exits non-zero when the data breaks it."""
 
     def body(settings: Settings) -> None:
-        from pipelines.step_records import IngestRecord, read_record
+        from pipelines.orchestration.records import IngestRecord, read_record
 
         run_id = read_record(run_record, IngestRecord).run_id
-        from pipelines.tasks import validate_task
+        from pipelines.orchestration.tasks import validate_task
 
         validate_task(snapshot, run_id, report_dir)
 
@@ -92,11 +92,11 @@ def preprocess_step(
     """Point-in-time features through Feast, then the time split."""
 
     def body(settings: Settings) -> None:
-        from pipelines.step_records import IngestRecord, read_record
+        from pipelines.orchestration.records import IngestRecord, read_record
 
         run_id = read_record(run_record, IngestRecord).run_id
         from pipelines.steps.preprocess import SPLITS
-        from pipelines.tasks import preprocess_task
+        from pipelines.orchestration.tasks import preprocess_task
 
         preprocess_task(snapshot, run_id, {name: out_dir / f"{name}.parquet" for name in SPLITS})
 
@@ -113,11 +113,11 @@ def train_step(
     """Train (GPU when present) in a new MLflow model run nested under the data run."""
 
     def body(settings: Settings) -> None:
-        from pipelines.step_records import IngestRecord, TrainRecord, read_record, start_model_run, write_record
+        from pipelines.orchestration.records import IngestRecord, TrainRecord, read_record, start_model_run, write_record
 
         data_run_id = read_record(run_record, IngestRecord).run_id
         from pipelines.splits import split_paths
-        from pipelines.tasks import train_task
+        from pipelines.orchestration.tasks import train_task
 
         paths = split_paths(data_dir)
         run_id = start_model_run(settings, data_run_id)
@@ -139,10 +139,10 @@ def export_step(
     """ONNX export with preprocessing and calibration inside, parity-checked, logged to MLflow."""
 
     def body(settings: Settings) -> None:
-        from pipelines.step_records import ExportRecord, TrainRecord, read_record, write_record
+        from pipelines.orchestration.records import ExportRecord, TrainRecord, read_record, write_record
 
         run_id = read_record(run_record, TrainRecord).run_id
-        from pipelines.tasks import export_task
+        from pipelines.orchestration.tasks import export_task
 
         onnx_dir.mkdir(parents=True, exist_ok=True)
         write_record(record, ExportRecord(run_id=run_id, model_uri=export_task(model_dir, test, run_id, onnx_dir)))
@@ -161,10 +161,10 @@ def evaluate_step(
     """Score candidate and production on the test split, register the candidate with the decision."""
 
     def body(settings: Settings) -> None:
-        from pipelines.step_records import ExportRecord, evaluate_record, read_record, write_record
+        from pipelines.orchestration.records import ExportRecord, evaluate_record, read_record, write_record
 
         exported = read_record(run_record, ExportRecord)
-        from pipelines.tasks import evaluate_task
+        from pipelines.orchestration.tasks import evaluate_task
 
         _decision, version = evaluate_task(data_dir / "train.parquet", data_dir / "test.parquet", onnx_dir,
                                            exported.model_uri, exported.run_id, eval_dir)
@@ -184,11 +184,11 @@ def deploy_step(
     """Move the serving alias to the evaluated version only when evaluate decided to promote it."""
 
     def body(settings: Settings) -> None:
-        from pipelines.step_records import DeployRecord, EvaluateRecord, read_record, write_record
+        from pipelines.orchestration.records import DeployRecord, EvaluateRecord, read_record, write_record
 
         evaluated = read_record(run_record, EvaluateRecord)
         if evaluated.decision == "promote":  # the pipeline's dsl.If on evaluate's output
-            from pipelines.tasks import deploy_task
+            from pipelines.orchestration.tasks import deploy_task
 
             deploy_task(evaluated.run_id)
             console.print(f"deploy: version {evaluated.version} now serves", highlight=False)

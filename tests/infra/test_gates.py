@@ -29,7 +29,7 @@ from mlops.feature_store import publish_features
 from mlops.online_features import materialize_online
 from mlops.settings import Settings
 from pipelines.splits import split_paths
-from pipelines.tasks import ingest_task
+from pipelines.orchestration.tasks import ingest_task
 from pipelines.train_command import recorded_inputs, train_and_export
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]

@@ -25,7 +25,7 @@ from infra.manifests import REPO_ROOT
 from mlops import registry
 from mlops.cli import app
 from mlops.settings import Settings
-from pipelines.step_records import DeployRecord, EvaluateRecord, read_record, write_record
+from pipelines.orchestration.records import DeployRecord, EvaluateRecord, read_record, write_record
 
 DVC_FILE = REPO_ROOT / "dvc.yaml"
 PARAMS_FILE = REPO_ROOT / "params.yaml"

@@ -30,7 +30,7 @@ from mlops.settings import Settings
 from pipelines.steps.evaluate import EvaluationReport, QualityGates, evaluate
 from pipelines.steps.export import ExportResult, log_model_to_mlflow
 from pipelines.steps.train import TrainParams, TrainResult, best_f1_threshold, train_model
-from pipelines.tasks import evaluate_task
+from pipelines.orchestration.tasks import evaluate_task
 from pipelines.train_entry import run_training
 
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]

@@ -26,9 +26,9 @@ from mlops.data.generator import generate_transactions
 from mlops.errors import IngestError, RunLockedError
 from mlops.run_lock import exclusive_pipeline_run
 from mlops.settings import Settings
-from pipelines.progress import key_figure
-from pipelines.runner import _failure
-from pipelines.tasks import ingest_task
+from pipelines.orchestration.progress import key_figure
+from pipelines.orchestration.runner import _failure
+from pipelines.orchestration.tasks import ingest_task
 
 SYSTEMD_DIR = REPO_ROOT / "infra" / "systemd"
 runner = CliRunner()

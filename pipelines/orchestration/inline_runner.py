@@ -1,6 +1,6 @@
 """The inline runner: the pipeline's steps called one after another in the current process.
 
-The same tasks (pipelines.tasks) in the same order, with the same condition (deploy only when
+The same tasks (pipelines.orchestration.tasks) in the same order, with the same condition (deploy only when
 evaluate says "promote") and one MLflow run, as the compiled pipeline on kfp.local; only the
 process per step is gone. A step process pays Python's start-up and its libraries' imports
 (MLflow, Feast, Great Expectations, torch: seconds each) every run; inline they are paid once

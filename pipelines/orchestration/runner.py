@@ -5,8 +5,8 @@ subprocess of the current environment. Settings reach the steps as MLOPS_* varia
 step fails, the pipeline's MLflow run says which step and why, and that is what is raised.
 What cannot work is refused before kfp starts: a missing local source, an unknown format, an
 MLflow server that does not answer. The steps' streamed logs go to one log file per run
-(:mod:`pipelines.progress`); the caller gets one report per finished step. ``runner="inline"``
-calls the same steps in this process instead (:mod:`pipelines.inline_runner`), reported and
+(:mod:`pipelines.orchestration.progress`); the caller gets one report per finished step. ``runner="inline"``
+calls the same steps in this process instead (:mod:`pipelines.orchestration.inline_runner`), reported and
 failing the same way.
 """
 
@@ -29,8 +29,8 @@ from mlops import registry
 from mlops.errors import PipelineError
 from mlops.preflight import check_source, check_tracking_server, check_tracking_store
 from mlops.settings import Settings
-from pipelines.pipeline import COMPILED_PIPELINE
-from pipelines.progress import ANSI_ESCAPE, StepReport, captured_run_output, key_figure
+from pipelines.orchestration.kfp_pipeline import COMPILED_PIPELINE
+from pipelines.orchestration.progress import ANSI_ESCAPE, StepReport, captured_run_output, key_figure
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # kfp: the compiled IR YAML on kfp.local, a process per step (the default); inline: the same steps
-# in this process (pipelines.inline_runner).
+# in this process (pipelines.orchestration.inline_runner).
 Runner = Literal["kfp", "inline"]
 
 
@@ -131,7 +131,7 @@ def run_pipeline(source: str, settings: Settings, *, package: Path = COMPILED_PI
                                 category=UserWarning)
         try:
             if runner == "inline":
-                from pipelines.inline_runner import run_steps
+                from pipelines.orchestration.inline_runner import run_steps
 
                 run_steps(source, run_name, settings.kfp_root / run_name, since=since, until=until,
                           last_weeks=last_weeks)
