@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from pydantic import BaseModel
-
 from mlops import registry
 from mlops.contract import DataContract, load_contract
 from mlops.settings import Settings
 from pipelines.orchestration.declaration import STEPS, Step, record_type
+from pipelines.orchestration.records import StepRecord
 
 
 @dataclass(frozen=True)
@@ -34,12 +33,12 @@ class StepContext:
         return cls(settings, load_contract(settings.contract_path), separate_model_run)
 
 
-def step_function(step: Step) -> Callable[..., BaseModel | None]:
+def step_function(step: Step) -> Callable[..., StepRecord | None]:
     module, name = step.function.split(":")
-    return cast(Callable[..., BaseModel | None], getattr(importlib.import_module(module), name))
+    return cast(Callable[..., StepRecord | None], getattr(importlib.import_module(module), name))
 
 
-def call_step(step: Step, context: StepContext, arguments: Mapping[str, Any]) -> BaseModel | None:
+def call_step(step: Step, context: StepContext, arguments: Mapping[str, Any]) -> StepRecord | None:
     """Run ``step``'s function with its arguments; its record (None when it returns none)."""
     return step_function(step)(context, **arguments)
 
@@ -53,8 +52,8 @@ def file_arguments(step: Step, parameters: Mapping[str, Any], paths: Mapping[str
     from pipelines.orchestration.records import read_record
 
     arguments: dict[str, Any] = {parameter.name: parameters[parameter.name] for parameter in step.parameters}
-    for artifact in (*step.consumes, *step.produces):
-        arguments[artifact.name] = paths[artifact.name]
+    for name in [consumed.name for consumed in step.consumes] + [produced.name for produced in step.produces]:
+        arguments[name] = paths[name]
     for takes in step.takes:
         arguments[takes.name] = read_record(paths[takes.name], record_type(takes, steps))
     return arguments

@@ -20,9 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel
-
-from pipelines.orchestration.records import DeployRecord, EvaluateRecord, ExportRecord, IngestRecord, TrainRecord
+from pipelines.orchestration.records import (
+    DeployRecord,
+    EvaluateRecord,
+    ExportRecord,
+    IngestRecord,
+    StepRecord,
+    TrainRecord,
+)
 
 ArtifactKind = Literal["Dataset", "Model", "Artifact"]
 RECORD = "record"  # the name of a step's record output (a Kubeflow artifact, a DVC out, a CLI option)
@@ -102,7 +107,7 @@ class Step:
     consumes: tuple[Consumes, ...] = ()
     takes: tuple[Takes, ...] = ()
     produces: tuple[Produces, ...] = ()
-    record: type[BaseModel] | None = None
+    record: type[StepRecord] | None = None
     after: tuple[str, ...] = ()  # steps that must finish first although no output of theirs is read
     when: When | None = None
     resources: Resources = field(default_factory=Resources)
@@ -188,7 +193,7 @@ def step_named(name: str, steps: tuple[Step, ...] = STEPS) -> Step:
     raise KeyError(f"no pipeline step {name!r}; declared: {', '.join(s.name for s in steps)}")
 
 
-def record_type(step: Takes, steps: tuple[Step, ...] = STEPS) -> type[BaseModel]:
+def record_type(step: Takes, steps: tuple[Step, ...] = STEPS) -> type[StepRecord]:
     """The record class of the step that ``step`` takes the record of."""
     kind = step_named(step.step, steps).record
     if kind is None:

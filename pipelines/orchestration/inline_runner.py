@@ -1,8 +1,9 @@
 """The inline runner: the pipeline's steps called one after another in the current process.
 
-The same tasks (pipelines.orchestration.tasks) in the same order, with the same condition (deploy only when
-evaluate says "promote") and one MLflow run, as the compiled pipeline on kfp.local; only the
-process per step is gone. A step process pays Python's start-up and its libraries' imports
+The same declared steps (pipelines/orchestration/declaration.py) in the same order, with the
+same condition (deploy only when evaluate says "promote") and one MLflow run, as the compiled
+pipeline on kfp.local; only the process per step is gone, and with it the settings' trip through
+MLOPS_* variables and the records' through JSON files. A step process pays Python's start-up and its libraries' imports
 (MLflow, Feast, Great Expectations, torch: seconds each) every run; inline they are paid once
 per process, and a debugger stops inside a step. kfp.local stays the default: it runs the IR
 YAML that Kubeflow Pipelines runs. Each step prints kfp.local's "Executing task" / "finished
@@ -12,9 +13,13 @@ with status" lines, so the caller's run output times and reports steps the same 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
+
+from pipelines.orchestration.context import StepContext, call_step
+from pipelines.orchestration.declaration import STEPS, Step
+from pipelines.orchestration.records import StepRecord
 
 T = TypeVar("T")
 
@@ -40,29 +45,29 @@ def _python_default_warning_filters() -> None:
     warnings.filterwarnings("default", category=DeprecationWarning, module="__main__")
 
 
-def run_steps(source: str, run_name: str, artifacts: Path, *, since: str = "", until: str = "",
-              last_weeks: int = 0) -> None:
-    """Run every step on ``source``, outputs under ``artifacts/<step>/``; a failed step's error propagates
-    (the pipeline's MLflow run holds which step failed and why, as with kfp.local).
+def run_steps(context: StepContext, parameters: Mapping[str, str | int], artifacts: Path,
+              steps: tuple[Step, ...] = STEPS) -> dict[str, StepRecord]:
+    """Run ``steps`` with the pipeline's ``parameters``, outputs under ``artifacts/<step>/``; a failed step's
+    error propagates (the pipeline's MLflow run holds which step failed and why, as with kfp.local).
 
-    Settings reach the tasks through MLOPS_* variables, as they reach kfp.local's step processes.
+    One context (settings, contract, MLflow's URIs) for every step; the records pass as objects.
+    Returns the records of the steps that ran, by step.
     """
-    from pipelines import tasks
-
-    snapshot = artifacts / "ingest" / "snapshot"
-    splits = {name: artifacts / "preprocess" / name for name in ("train", "validation", "test")}
-    model_dir, onnx_dir = artifacts / "train" / "model", artifacts / "export" / "onnx"
-    for output in (snapshot, *splits.values(), model_dir, onnx_dir):
-        output.parent.mkdir(parents=True, exist_ok=True)  # as kfp does for an output artifact
+    records: dict[str, StepRecord] = {}
     with warnings.catch_warnings():
         _python_default_warning_filters()
-        run_id, _ = _step("ingest", lambda: tasks.ingest_task(source, snapshot, run_name, since, until, last_weeks))
-        _step("validate", lambda: tasks.validate_task(snapshot, run_id, artifacts / "validate" / "report"))
-        _step("preprocess", lambda: tasks.preprocess_task(snapshot, run_id, splits))
-        _step("train", lambda: tasks.train_task(splits["train"], splits["validation"], splits["test"], run_id,
-                                                model_dir))
-        model_uri = _step("export", lambda: tasks.export_task(model_dir, splits["test"], run_id, onnx_dir))
-        decision, _ = _step("evaluate", lambda: tasks.evaluate_task(
-            splits["train"], splits["test"], onnx_dir, model_uri, run_id, artifacts / "evaluate" / "evaluation"))
-        if decision == "promote":
-            _step("deploy", lambda: tasks.deploy_task(run_id))
+        for step in steps:
+            if step.when is not None and getattr(records[step.when.step], step.when.field) != step.when.equals:
+                continue  # the pipeline's dsl.If
+            arguments: dict[str, object] = {parameter.name: parameters[parameter.name]
+                                            for parameter in step.parameters if parameter.name in parameters}
+            for consumed in step.consumes:
+                arguments[consumed.name] = artifacts / consumed.step / consumed.output
+            for produced in step.produces:
+                arguments[produced.name] = artifacts / step.name / produced.name
+                (artifacts / step.name).mkdir(parents=True, exist_ok=True)  # as kfp does for an output artifact
+            arguments |= {taken.name: records[taken.step] for taken in step.takes}
+            record = _step(step.name, lambda: call_step(step, context, arguments))  # noqa: B023  # called at once
+            if record is not None:
+                records[step.name] = record
+    return records

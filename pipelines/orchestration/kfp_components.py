@@ -52,7 +52,7 @@ def component_function(step: Step, steps: tuple[Step, ...] = STEPS) -> Callable[
     filename = f"<kfp component {step.name}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
     namespace = dict(_TYPES)
-    exec(compile(source, filename, "exec", dont_inherit=True), namespace)  # noqa: S102  # our own source, from the declaration
+    exec(compile(source, filename, "exec", dont_inherit=True), namespace)  # our own source, from the declaration
     function: Callable[..., Any] = namespace[step.name]
     return function
 

@@ -24,45 +24,63 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from mlops.errors import InputError
 
 
-class IngestRecord(BaseModel):
+class StepRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    run_id: str  # the data run: ingest, validate and preprocess log into it
+    run_id: str  # the MLflow run the step logged into
+
+    @property
+    def line(self) -> str:
+        """What the step says when it ends (``mlops step ...`` prints it)."""
+        return f"MLflow run {self.run_id}"
+
+
+class IngestRecord(StepRecord):
     dataset_sha256: str  # the snapshot's content hash (the platform's snapshot store keys it so)
 
-
-class TrainRecord(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    run_id: str  # the model run: train, export and evaluate log into it
-    data_run_id: str
+    @property
+    def line(self) -> str:
+        return f"snapshot sha256 {self.dataset_sha256}, MLflow data run {self.run_id}"
 
 
-class ExportRecord(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class TrainRecord(StepRecord):
+    data_run_id: str  # run_id is the model run: train, export and evaluate log into it
 
-    run_id: str
+    @property
+    def line(self) -> str:
+        return f"MLflow model run {self.run_id}"
+
+
+class ExportRecord(StepRecord):
     model_uri: str
 
+    @property
+    def line(self) -> str:
+        return f"model {self.model_uri}"
 
-class EvaluateRecord(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
-    run_id: str
+class EvaluateRecord(StepRecord):
     version: str
     decision: Literal["promote", "reject"]
     reason: str
 
+    @property
+    def line(self) -> str:
+        return f"registered version {self.version}, decision {self.decision} ({self.reason})"
 
-class DeployRecord(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
-    run_id: str
+class DeployRecord(StepRecord):
     version: str
     promoted: bool  # False: evaluate rejected the version and the serving alias stayed where it was
 
+    @property
+    def line(self) -> str:
+        if self.promoted:
+            return f"version {self.version} now serves"
+        return f"version {self.version} not promoted; the serving alias stays where it is"
 
-Record = TypeVar("Record", bound=BaseModel)
+
+Record = TypeVar("Record", bound=StepRecord)
 
 
 def read_record(path: Path, kind: type[Record]) -> Record:
@@ -75,6 +93,6 @@ def read_record(path: Path, kind: type[Record]) -> Record:
         raise InputError(f"{path} is not a {kind.__name__}: {exc.errors()[0]['msg']}", field=str(path)) from exc
 
 
-def write_record(path: Path, record: BaseModel) -> None:
+def write_record(path: Path, record: StepRecord) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(record.model_dump_json(indent=2) + "\n")

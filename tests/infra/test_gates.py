@@ -28,8 +28,9 @@ from mlops.data.generator import generate_transactions
 from mlops.feature_store import publish_features
 from mlops.online_features import materialize_online
 from mlops.settings import Settings
-from pipelines.splits import split_paths
+from pipelines.orchestration.context import StepContext
 from pipelines.orchestration.tasks import ingest_task
+from pipelines.splits import split_paths
 from pipelines.train_command import recorded_inputs, train_and_export
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -62,12 +63,14 @@ def home(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Iterator[G
         contract = load_contract(settings.contract_path)
         raw = generate_transactions(1_500, seed=5)
         raw.to_csv(path / "good.csv", index=False)
-        good_run, _ = ingest_task(str(path / "good.csv"), path / "ingested" / "good.parquet")
+        context = StepContext.of(settings)
+        ingested = path / "ingested"
+        good_run = ingest_task(context, source=str(path / "good.csv"), snapshot=ingested / "good.parquet").run_id
         bad = raw.copy()
         bad.loc[:9, "amount"] = -5.0  # the contract's minimum is 0.01
         bad.loc[10:59, "channel"] = "carrier-pigeon"  # not one of its channels
         bad.to_csv(path / "bad.csv", index=False)
-        bad_run, _ = ingest_task(str(path / "bad.csv"), path / "ingested" / "bad.parquet")
+        bad_run = ingest_task(context, source=str(path / "bad.csv"), snapshot=ingested / "bad.parquet").run_id
 
         champion = _register(settings, data_dir, path / "champion")
         registry.promote(settings, champion)

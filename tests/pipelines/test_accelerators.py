@@ -10,9 +10,9 @@ import yaml
 from kfp import compiler, dsl
 
 from mlops.errors import ConfigError
+from pipelines.accelerators import request_gpus
 from pipelines.orchestration.declaration import step_named
 from pipelines.orchestration.kfp_components import component
-from pipelines.accelerators import request_gpus
 
 
 def _compiled_train_resources(tmp_path: Path, gpus: int, mig_profile: str | None) -> dict[str, Any]:

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from mlops.cli import app
 from mlops.errors import ClusterError, InputError
-from pipelines.orchestration.kfp_remote import kfp_cron, schedule, submit
 from pipelines.orchestration.kfp_pipeline import COMPILED_PIPELINE
+from pipelines.orchestration.kfp_remote import kfp_cron, schedule, submit
 
 Recorded = list[tuple[str, str, dict[str, Any]]]
 
