@@ -70,7 +70,8 @@ def stage(step: Step, steps: tuple[Step, ...] = STEPS) -> dict[str, Any]:
                             "deps": list(dict.fromkeys(deps))}
     if step.stage.params:
         spec["params"] = list(step.stage.params)
-    spec["outs"] = outs
+    if outs:
+        spec["outs"] = outs
     return spec
 
 
