@@ -17,7 +17,7 @@ from mlops import registry
 from mlops.contract import DataContract, load_contract
 from mlops.settings import Settings
 from pipelines.orchestration.declaration import STEPS, Step, record_type
-from pipelines.orchestration.records import StepRecord
+from pipelines.orchestration.records import StepRecord, read_record
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,6 @@ def file_arguments(step: Step, parameters: Mapping[str, Any], paths: Mapping[str
 
     ``paths`` maps each consumed and produced artifact, and each taken record, to its path.
     """
-    from pipelines.orchestration.records import read_record
-
     arguments: dict[str, Any] = {parameter.name: parameters[parameter.name] for parameter in step.parameters}
     for name in [consumed.name for consumed in step.consumes] + [produced.name for produced in step.produces]:
         arguments[name] = paths[name]

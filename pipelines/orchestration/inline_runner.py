@@ -3,9 +3,9 @@
 The same declared steps (pipelines/orchestration/declaration.py) in the same order, with the
 same condition (deploy only when evaluate says "promote") and one MLflow run, as the compiled
 pipeline on kfp.local; only the process per step is gone, and with it the settings' trip through
-MLOPS_* variables and the records' through JSON files. A step process pays Python's start-up and its libraries' imports
-(MLflow, Feast, Great Expectations, torch: seconds each) every run; inline they are paid once
-per process, and a debugger stops inside a step. kfp.local stays the default: it runs the IR
+MLOPS_* variables and the records' through JSON files. A step process pays Python's start-up and
+its libraries' imports (MLflow, Feast, Great Expectations, torch: seconds each) every run; inline
+they are paid once per process, and a debugger stops inside a step. kfp.local stays the default: it runs the IR
 YAML that Kubeflow Pipelines runs. Each step prints kfp.local's "Executing task" / "finished
 with status" lines, so the caller's run output times and reports steps the same way.
 """
