@@ -33,11 +33,11 @@ def _option(name: str, annotation: Any, help_text: str, default: Any = inspect.P
 def _options(step: Step) -> list[inspect.Parameter]:
     options = [_option(p.name, p.type, p.help, inspect.Parameter.empty if p.default is None else p.default)
                for p in step.parameters]
-    options += [_option(c.name, Path, f"What {c.step} wrote as {c.output}.") for c in step.consumes]
-    options += [_option(t.name, Path, f"The record of {t.step} (JSON).") for t in step.takes]
-    options += [_option(p.name, Path, f"Where it writes: {p.help}") for p in step.produces]
+    options += [_option(c.name, Path, f"Input: what {c.step} wrote as {c.output}.") for c in step.consumes]
+    options += [_option(t.name, Path, f"Input: the record of {t.step} (JSON).") for t in step.takes]
+    options += [_option(p.name, Path, f"Output: {p.help}") for p in step.produces]
     if step.record is not None:
-        options.append(_option(RECORD, Path, "Where this step writes its record (JSON)."))
+        options.append(_option(RECORD, Path, "Output: this step's record (JSON)."))
     return options
 
 
