@@ -8,7 +8,7 @@ UV_VERSION := 0.13.9
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint serve compile lock grpc-stubs clean validate-infra infra-rules mutation repro stack stack-down stack-status gates gates-baseline
+.PHONY: setup demo test lint serve compile dvc-yaml lock grpc-stubs clean validate-infra infra-rules mutation repro stack stack-down stack-status gates gates-baseline
 
 setup: $(STAMP)
 
@@ -113,6 +113,10 @@ stack-status: setup
 
 compile: setup
 	$(VENV)/bin/mlops pipeline compile
+
+# dvc.yaml's stages, written from the pipeline's declaration (pipelines/orchestration/declaration.py).
+dvc-yaml: setup
+	$(PY) -m pipelines.orchestration.dvc_stages
 
 # The Open Inference Protocol's gRPC messages, generated into a private descriptor pool (tritonclient.grpc
 # registers the same message names in the default one, and both live in the test processes).

@@ -23,7 +23,8 @@ from mlops.data.generator import generate_transactions
 from mlops.errors import MLOpsError
 from mlops.settings import Settings
 from pipelines.demo_replay import pick_samples, replay, summary_line, with_outcomes
-from pipelines.runner import new_run_name, run_log_path, run_pipeline, settings_env
+from pipelines.orchestration.environment import settings_env
+from pipelines.orchestration.runner import new_run_name, run_log_path, run_pipeline
 from pipelines.steps.preprocess import time_split
 
 STARTUP_TIMEOUT_S = 120.0

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from mlops.settings import Settings
     from monitoring.window import WindowSpec
 
-# `mlops pipeline run --runner` (pipelines.runner.Runner), checked before pipelines/ and kfp are imported.
+# `mlops pipeline run --runner` (pipelines.orchestration.runner.Runner), checked before pipelines/ and kfp are imported.
 PIPELINE_RUNNERS = ("kfp", "inline")
 app = typer.Typer(help="MLOps platform: data -> validated features -> model -> registry -> endpoint.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -122,7 +122,7 @@ def compile_command(
     """Compile the pipeline to IR YAML (pipelines/training_pipeline.yaml)."""
     import tempfile
 
-    from pipelines.pipeline import COMPILED_PIPELINE, compile_pipeline
+    from pipelines.orchestration.kfp_pipeline import COMPILED_PIPELINE, compile_pipeline
 
     if not check:
         console.print(f"compiled to {compile_pipeline()}")
@@ -185,7 +185,7 @@ def _run_locked(source: str, settings: Settings, run_name: str, verbose: bool, w
     """The pipeline run of ``mlops pipeline run``, under the run lock."""
     import time
 
-    from pipelines.runner import new_run_name, run_log_path, run_pipeline
+    from pipelines.orchestration.runner import new_run_name, run_log_path, run_pipeline
 
     name = run_name or new_run_name()
     logs = run_log_path(settings, name)
@@ -274,7 +274,7 @@ def submit_command(
     run_name: Annotated[str, typer.Option(help="Run name.")] = "",
 ) -> None:
     """Start one run of the compiled pipeline on Kubeflow Pipelines."""
-    from pipelines.kfp_remote import submit
+    from pipelines.orchestration.kfp_remote import submit
 
     settings = _settings()
     try:
@@ -296,7 +296,7 @@ def schedule_command(
                                                       "(0: all data).")] = 4,
 ) -> None:
     """Create a recurring run of the compiled pipeline (default: weekly, Mondays 03:00, on the last 4 weeks)."""
-    from pipelines.kfp_remote import schedule
+    from pipelines.orchestration.kfp_remote import schedule
 
     settings = _settings()
     try:

@@ -1,201 +1,77 @@
-"""``mlops step ...``: one command per pipeline step, reading and writing files at the paths given.
+"""``mlops step ...``: one command per declared pipeline step, reading and writing files at the paths given.
 
-Each calls the task its Kubeflow component calls (pipelines/tasks.py), so dvc.yaml's stages run
-the pipeline's own code and declare its files as deps and outs. What a component returns (run id,
-model URI, decision) goes to a small JSON record instead (pipelines/step_records.py). Like the
-rest of the CLI, the commands import pipelines/ lazily, and each reads its input record before it
-imports the step's libraries, so a wrong path fails in a second; errors print one line, exit non-zero.
+The commands are made from the pipeline's declaration (pipelines/orchestration/declaration.py):
+an option per parameter, per artifact the step reads or writes, per record it takes, and
+``--record`` for the one it returns, all handed to the step function that its Kubeflow task calls.
+dvc.yaml's stages run these (pipelines/orchestration/dvc_stages.py writes them). Records travel as
+small JSON files (pipelines/orchestration/records.py). Each command reads its input records before
+it imports the step's libraries, so a wrong path fails in a second; errors print one line, exit
+non-zero.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated, Any
 
 import typer
 
 from mlops.errors import MLOpsError
 from mlops_cli.output import console, fail, load_settings
-
-if TYPE_CHECKING:
-    from mlops.settings import Settings
+from pipelines.orchestration.declaration import RECORD, STEPS, Step
 
 step_app = typer.Typer(help="Run one pipeline step on files (what dvc.yaml's stages call).", no_args_is_help=True)
 
-RunRecord = Annotated[Path, typer.Option(help="The record of the step before, naming the MLflow run to log into.")]
-OutRecord = Annotated[Path, typer.Option(help="Where this step writes its record (JSON).")]
+
+def _option(name: str, annotation: Any, help_text: str, default: Any = inspect.Parameter.empty) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                             annotation=Annotated[annotation, typer.Option(help=help_text)])
 
 
-def _run(body: Callable[[Settings], None]) -> None:
+def _options(step: Step) -> list[inspect.Parameter]:
+    options = [_option(p.name, p.type, p.help, inspect.Parameter.empty if p.default is None else p.default)
+               for p in step.parameters]
+    options += [_option(c.name, Path, f"Input: what {c.step} wrote as {c.output}.") for c in step.consumes]
+    options += [_option(t.name, Path, f"Input: the record of {t.step} (JSON).") for t in step.takes]
+    options += [_option(p.name, Path, f"Output: {p.help}") for p in step.produces]
+    if step.record is not None:
+        options.append(_option(RECORD, Path, "Output: this step's record (JSON)."))
+    return options
+
+
+def run_step(step: Step, values: dict[str, Any]) -> None:
     """Settings checked first (a bad MLOPS_* value or params file exits 2), then the step, errors as one line."""
     from pipelines.logs import configure_logging
 
     settings = load_settings()
     configure_logging()
     try:
-        body(settings)
+        from pipelines.orchestration.context import StepContext, call_step, file_arguments
+        from pipelines.orchestration.records import write_record
+
+        paths = {name: value for name, value in values.items() if isinstance(value, Path)}
+        arguments = file_arguments(step, values, paths)
+        for produced in step.produces:
+            paths[produced.name].parent.mkdir(parents=True, exist_ok=True)
+        record = call_step(step, StepContext.of(settings, separate_model_run=True), arguments)
+        if record is not None:
+            write_record(paths[RECORD], record)
+            console.print(f"{step.name}: {record.line}", highlight=False)
     except MLOpsError as exc:
         fail(exc)
 
 
-@step_app.command("ingest")
-def ingest_step(
-    source: Annotated[str, typer.Argument(help="CSV/Parquet path or URL of raw transactions.")],
-    snapshot: Annotated[Path, typer.Option(help="Where the rows of the window go (Parquet).")],
-    record: OutRecord,
-    run_name: Annotated[str, typer.Option(help="Name of the data run it opens in MLflow.")] = "",
-    since: Annotated[str, typer.Option(help="Keep rows at or after this time (ISO 8601; default: all).")] = "",
-    until: Annotated[str, typer.Option(help="Keep rows before this time (ISO 8601; default: all).")] = "",
-    last_weeks: Annotated[int, typer.Option(min=0, help="Keep the last N weeks before --until or now.")] = 0,
-) -> None:
-    """Snapshot the source (content-addressed), open the data run, write the window's rows."""
-    from mlops.preflight import check_source
+def _command(step: Step) -> Callable[..., None]:
+    def command(**values: Any) -> None:
+        run_step(step, values)
 
-    def body(settings: Settings) -> None:
-        check_source(source)  # before pandas and MLflow are imported
-        from pipelines.step_records import IngestRecord, write_record
-        from pipelines.tasks import ingest_task
-
-        run_id, sha256 = ingest_task(source, snapshot, run_name, since, until, last_weeks)
-        write_record(record, IngestRecord(run_id=run_id, dataset_sha256=sha256))
-        console.print(f"ingest: snapshot sha256 {sha256}, MLflow data run {run_id}", highlight=False)
-
-    _run(body)
+    command.__signature__ = inspect.Signature(_options(step))  # type: ignore[attr-defined]  # what typer reads
+    command.__doc__ = step.summary
+    command.__name__ = f"{step.name}_step"
+    return command
 
 
-@step_app.command("validate")
-def validate_step(
-    snapshot: Annotated[Path, typer.Option(help="The ingested rows (Parquet).")],
-    run_record: RunRecord,
-    report_dir: Annotated[Path, typer.Option(help="Where validation.json and validation.html go.")],
-) -> None:
-    """Great Expectations suite from the contract; exits non-zero when the data breaks it."""
-
-    def body(settings: Settings) -> None:
-        from pipelines.step_records import IngestRecord, read_record
-
-        run_id = read_record(run_record, IngestRecord).run_id
-        from pipelines.tasks import validate_task
-
-        validate_task(snapshot, run_id, report_dir)
-
-    _run(body)
-
-
-@step_app.command("preprocess")
-def preprocess_step(
-    snapshot: Annotated[Path, typer.Option(help="The validated rows (Parquet).")],
-    run_record: RunRecord,
-    out_dir: Annotated[Path, typer.Option(help="Where train/validation/test.parquet go.")],
-) -> None:
-    """Point-in-time features through Feast, then the time split."""
-
-    def body(settings: Settings) -> None:
-        from pipelines.step_records import IngestRecord, read_record
-
-        run_id = read_record(run_record, IngestRecord).run_id
-        from pipelines.steps.preprocess import SPLITS
-        from pipelines.tasks import preprocess_task
-
-        preprocess_task(snapshot, run_id, {name: out_dir / f"{name}.parquet" for name in SPLITS})
-
-    _run(body)
-
-
-@step_app.command("train")
-def train_step(
-    data_dir: Annotated[Path, typer.Option(help="Folder with train/validation/test.parquet.")],
-    run_record: Annotated[Path, typer.Option(help="The ingest record: the data run the model run nests under.")],
-    model_dir: Annotated[Path, typer.Option(help="Where model.pt and training.json go.")],
-    record: OutRecord,
-) -> None:
-    """Train (GPU when present) in a new MLflow model run nested under the data run."""
-
-    def body(settings: Settings) -> None:
-        from pipelines.step_records import IngestRecord, TrainRecord, read_record, start_model_run, write_record
-
-        data_run_id = read_record(run_record, IngestRecord).run_id
-        from pipelines.splits import split_paths
-        from pipelines.tasks import train_task
-
-        paths = split_paths(data_dir)
-        run_id = start_model_run(settings, data_run_id)
-        train_task(paths["train"], paths["validation"], paths["test"], run_id, model_dir)
-        write_record(record, TrainRecord(run_id=run_id, data_run_id=data_run_id))
-        console.print(f"train: MLflow model run {run_id}", highlight=False)
-
-    _run(body)
-
-
-@step_app.command("export")
-def export_step(
-    model_dir: Annotated[Path, typer.Option(help="The trained model (model.pt, training.json).")],
-    test: Annotated[Path, typer.Option(help="The test split (Parquet) for the parity check.")],
-    run_record: RunRecord,
-    onnx_dir: Annotated[Path, typer.Option(help="Where model.onnx goes.")],
-    record: OutRecord,
-) -> None:
-    """ONNX export with preprocessing and calibration inside, parity-checked, logged to MLflow."""
-
-    def body(settings: Settings) -> None:
-        from pipelines.step_records import ExportRecord, TrainRecord, read_record, write_record
-
-        run_id = read_record(run_record, TrainRecord).run_id
-        from pipelines.tasks import export_task
-
-        onnx_dir.mkdir(parents=True, exist_ok=True)
-        write_record(record, ExportRecord(run_id=run_id, model_uri=export_task(model_dir, test, run_id, onnx_dir)))
-
-    _run(body)
-
-
-@step_app.command("evaluate")
-def evaluate_step(
-    data_dir: Annotated[Path, typer.Option(help="Folder with train.parquet and test.parquet.")],
-    onnx_dir: Annotated[Path, typer.Option(help="The exported model (model.onnx).")],
-    run_record: RunRecord,
-    eval_dir: Annotated[Path, typer.Option(help="Where metrics.json, report.json, curves and pictures go.")],
-    record: OutRecord,
-) -> None:
-    """Score candidate and production on the test split, register the candidate with the decision."""
-
-    def body(settings: Settings) -> None:
-        from pipelines.step_records import ExportRecord, evaluate_record, read_record, write_record
-
-        exported = read_record(run_record, ExportRecord)
-        from pipelines.tasks import evaluate_task
-
-        _decision, version = evaluate_task(data_dir / "train.parquet", data_dir / "test.parquet", onnx_dir,
-                                           exported.model_uri, exported.run_id, eval_dir)
-        evaluated = evaluate_record(exported.run_id, version, eval_dir)
-        write_record(record, evaluated)
-        console.print(f"evaluate: registered version {version}, decision {evaluated.decision} ({evaluated.reason})",
-                      highlight=False)
-
-    _run(body)
-
-
-@step_app.command("deploy")
-def deploy_step(
-    run_record: Annotated[Path, typer.Option(help="The evaluate record: the version and its decision.")],
-    record: OutRecord,
-) -> None:
-    """Move the serving alias to the evaluated version only when evaluate decided to promote it."""
-
-    def body(settings: Settings) -> None:
-        from pipelines.step_records import DeployRecord, EvaluateRecord, read_record, write_record
-
-        evaluated = read_record(run_record, EvaluateRecord)
-        if evaluated.decision == "promote":  # the pipeline's dsl.If on evaluate's output
-            from pipelines.tasks import deploy_task
-
-            deploy_task(evaluated.run_id)
-            console.print(f"deploy: version {evaluated.version} now serves", highlight=False)
-        else:
-            console.print(f"deploy: version {evaluated.version} not promoted ({evaluated.reason}); "
-                          "the serving alias stays where it is", highlight=False)
-        write_record(record, DeployRecord(run_id=evaluated.run_id, version=evaluated.version,
-                                          promoted=evaluated.decision == "promote"))
-
-    _run(body)
+for _step in STEPS:
+    step_app.command(_step.name)(_command(_step))

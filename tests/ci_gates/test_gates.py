@@ -28,8 +28,9 @@ from mlops import registry
 from mlops.contract import load_contract
 from mlops.data.generator import generate_transactions
 from mlops.settings import Settings
+from pipelines.orchestration.context import StepContext
+from pipelines.orchestration.tasks import ingest_task
 from pipelines.splits import split_paths
-from pipelines.tasks import ingest_task
 from pipelines.training.command import recorded_inputs, train_and_export
 from serving.settings import ServingSettings
 
@@ -63,12 +64,14 @@ def home(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Iterator[G
         contract = load_contract(settings.contract_path)
         raw = generate_transactions(1_500, seed=5)
         raw.to_csv(path / "good.csv", index=False)
-        good_run, _ = ingest_task(str(path / "good.csv"), path / "ingested" / "good.parquet")
+        context = StepContext.of(settings)
+        ingested = path / "ingested"
+        good_run = ingest_task(context, source=str(path / "good.csv"), snapshot=ingested / "good.parquet").run_id
         bad = raw.copy()
         bad.loc[:9, "amount"] = -5.0  # the contract's minimum is 0.01
         bad.loc[10:59, "channel"] = "carrier-pigeon"  # not one of its channels
         bad.to_csv(path / "bad.csv", index=False)
-        bad_run, _ = ingest_task(str(path / "bad.csv"), path / "ingested" / "bad.parquet")
+        bad_run = ingest_task(context, source=str(path / "bad.csv"), snapshot=ingested / "bad.parquet").run_id
 
         champion = _register(settings, data_dir, path / "champion")
         registry.promote(settings, champion)

@@ -37,7 +37,7 @@ from monitoring.settings import MonitoringSettings
 from monitoring.window import WindowSpec
 from pipelines.demo import free_port, replay_start, start_service, wait_ready
 from pipelines.demo_replay import request_body
-from pipelines.runner import run_pipeline
+from pipelines.orchestration.runner import run_pipeline
 from pipelines.steps.preprocess import time_split
 
 

@@ -33,8 +33,9 @@ from mlops.prediction_log import log_dir, read_predictions
 from mlops.settings import Settings
 from pipelines.demo import free_port, replay_start, start_service, wait_ready
 from pipelines.demo_replay import request_body
-from pipelines.progress import StepReport
-from pipelines.runner import PipelineOutcome, run_log_path, run_pipeline, settings_env
+from pipelines.orchestration.environment import settings_env
+from pipelines.orchestration.progress import StepReport
+from pipelines.orchestration.runner import PipelineOutcome, run_log_path, run_pipeline
 from pipelines.steps.preprocess import time_split
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
@@ -236,7 +237,7 @@ def test_worse_model_is_registered_but_not_promoted(platform: Platform) -> None:
     shuffled[label] = np.random.default_rng(0).permutation(shuffled[label].to_numpy())
     source = platform.source.with_name("shuffled.parquet")
     shuffled.to_parquet(source, index=False)
-    # The decision is the subject, not the runner: the steps run in this process (pipelines.inline_runner).
+    # The decision is the subject, not the runner: the steps run in this process (the inline runner).
     worse = run_pipeline(str(source), platform.settings, run_name="shuffled", runner="inline")
     assert worse.decision == "reject"
     assert worse.version is not None

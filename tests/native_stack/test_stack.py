@@ -8,7 +8,7 @@ Then the MLflow server is killed while the compiled pipeline runs (`mlops pipeli
 one clear line, exit 1, nothing promoted (read straight from PostgreSQL). The stack is torn down
 however the tests end, and no recorded process may survive it.
 
-The first run calls the pipeline's steps in this process (the inline runner, pipelines/inline_runner.py):
+The first run calls the pipeline's steps in this process (the inline runner, pipelines/orchestration/inline_runner.py):
 kfp.local starts a fresh interpreter per step, which on two shared cores costs minutes, and
 tests/e2e/test_pipeline_e2e.py already runs that path; the stores are what is new here.
 """
@@ -44,7 +44,7 @@ from native_stack.config import server_binary
 from native_stack.settings import StackSettings
 from pipelines.demo import replay_start
 from pipelines.demo_replay import request_body
-from pipelines.runner import run_pipeline
+from pipelines.orchestration.runner import run_pipeline
 from pipelines.steps.preprocess import time_split
 
 

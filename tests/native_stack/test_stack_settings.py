@@ -133,7 +133,7 @@ def test_down_stops_recorded_processes_and_never_a_reused_pid(clean_env: pytest.
 
 
 def test_a_tracking_server_gone_mid_run_is_one_line_and_exit_code_1(clean_env: pytest.MonkeyPatch) -> None:
-    from pipelines.runner import _failure
+    from pipelines.orchestration.runner import _failure
 
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))

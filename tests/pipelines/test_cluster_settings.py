@@ -12,7 +12,7 @@ import yaml
 from infra.manifests import build_overlay
 from infra.pods import tolerates_gpu_taint
 from pipelines.cluster import GPU_PRODUCT_LABEL, QUEUE_LABEL, TRAIN_QUEUE
-from pipelines.pipeline import compile_pipeline
+from pipelines.orchestration.kfp_pipeline import compile_pipeline
 
 
 def _compiled(tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:

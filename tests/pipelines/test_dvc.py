@@ -25,7 +25,9 @@ from infra.manifests import REPO_ROOT
 from mlops import registry
 from mlops.settings import Settings
 from mlops_cli.app import app
-from pipelines.step_records import DeployRecord, EvaluateRecord, read_record, write_record
+from pipelines.orchestration import dvc_stages
+from pipelines.orchestration.dvc_stages import dvc_yaml
+from pipelines.orchestration.records import DeployRecord, EvaluateRecord, read_record, write_record
 
 DVC_FILE = REPO_ROOT / "dvc.yaml"
 PARAMS_FILE = REPO_ROOT / "params.yaml"
@@ -73,7 +75,19 @@ def argv(stage: dict[str, Any]) -> list[str]:
     return words
 
 
-# --- dvc.yaml against the CLI, the repository and params.yaml (no DVC run) ---
+# --- dvc.yaml against the declaration, the CLI, the repository and params.yaml (no DVC run) ---
+
+def test_committed_dvc_yaml_is_written_from_the_declaration() -> None:
+    assert DVC_FILE.read_text() == dvc_yaml(), "run `make dvc-yaml` and commit dvc.yaml"
+    assert dvc_stages.main(["--check"]) == 0
+
+
+def test_the_staleness_check_fails_on_a_hand_edited_dvc_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    edited = tmp_path / "dvc.yaml"
+    edited.write_text(DVC_FILE.read_text().replace("- seed\n", "", 1))
+    monkeypatch.setattr(dvc_stages, "DVC_FILE", edited)
+    assert dvc_stages.main(["--check"]) == 1
+
 
 def test_every_stage_runs_an_existing_mlops_command_and_each_step_its_own() -> None:
     for name, stage in stages().items():
@@ -111,7 +125,7 @@ def test_params_yaml_holds_only_setting_defaults_that_a_stage_lists() -> None:
 def test_a_step_without_its_input_record_exits_2_naming_the_file(tmp_path: Path) -> None:
     missing = tmp_path / "records" / "ingest.json"
     result = runner.invoke(app, ["step", "validate", "--snapshot", str(tmp_path / "s.parquet"),
-                                 "--run-record", str(missing), "--report-dir", str(tmp_path / "report")])
+                                 "--ingested", str(missing), "--report", str(tmp_path / "report")])
     assert result.exit_code == 2
     assert f"no step record {missing}" in result.output
     assert "Traceback" not in result.output
@@ -122,7 +136,7 @@ def test_deploy_leaves_the_alias_alone_when_evaluate_rejected(tmp_path: Path) ->
     write_record(evaluated, EvaluateRecord(run_id="r1", version="3", decision="reject",
                                            reason="F1 0.40 does not beat production 0.41 + margin 0.02"))
     # No tracking store is configured here: touching the registry would fail the command.
-    result = runner.invoke(app, ["step", "deploy", "--run-record", str(evaluated), "--record", str(deployed)],
+    result = runner.invoke(app, ["step", "deploy", "--evaluated", str(evaluated), "--record", str(deployed)],
                            env={"MLOPS_TRACKING_URI": "http://127.0.0.1:9"})
     assert result.exit_code == 0, result.output
     assert "version 3 not promoted" in result.output
@@ -193,10 +207,10 @@ def test_dvc_repro_runs_every_stage_then_nothing_then_only_what_a_param_touches(
     records = project / ".mlops" / "dvc" / "records"
 
     assert ran(dvc(project, env, "repro")) == list(stages())
-    metrics = json.loads((project / ".mlops/dvc/evaluation/metrics.json").read_text())
+    metrics = json.loads((project / ".mlops/dvc/evaluate/evaluation/metrics.json").read_text())
     precision, recall = metrics["test_precision"], metrics["test_recall"]
     assert metrics["test_f1"] == pytest.approx(2 * precision * recall / (precision + recall))
-    assert (project / ".mlops/dvc/evaluation/pr_curve.csv").read_text().startswith("recall,precision")
+    assert (project / ".mlops/dvc/evaluate/evaluation/pr_curve.csv").read_text().startswith("recall,precision")
     evaluated = read_record(records / "evaluate.json", EvaluateRecord)
     assert evaluated.version == "1"
     # DVC's metrics file holds what the evaluate run logged to MLflow.

@@ -15,8 +15,8 @@ from mlops import registry
 from mlops.data.generator import generate_transactions
 from mlops.errors import PipelineError
 from mlops.settings import Settings
-from pipelines.progress import StepReport
-from pipelines.runner import run_log_path, run_pipeline
+from pipelines.orchestration.progress import StepReport
+from pipelines.orchestration.runner import run_log_path, run_pipeline
 
 
 def test_a_failed_step_stops_the_inline_run_names_the_step_and_registers_nothing(

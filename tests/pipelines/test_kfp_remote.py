@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from mlops.errors import ClusterError, InputError
 from mlops_cli.app import app
-from pipelines.kfp_remote import kfp_cron, schedule, submit
-from pipelines.pipeline import COMPILED_PIPELINE
+from pipelines.orchestration.kfp_pipeline import COMPILED_PIPELINE
+from pipelines.orchestration.kfp_remote import kfp_cron, schedule, submit
 
 Recorded = list[tuple[str, str, dict[str, Any]]]
 

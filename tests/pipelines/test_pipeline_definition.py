@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from pipelines.pipeline import COMPILED_PIPELINE, compile_pipeline
+from pipelines.orchestration.kfp_pipeline import COMPILED_PIPELINE, compile_pipeline
 
 STEPS = {"ingest", "validate", "preprocess", "train", "export", "evaluate", "deploy"}
 
@@ -53,4 +53,5 @@ def test_export_sits_between_train_and_evaluate() -> None:
     assert tasks["export"]["inputs"]["artifacts"]["model"]["taskOutputArtifact"]["producerTask"] == "train"
     evaluate_inputs = tasks["evaluate"]["inputs"]
     assert evaluate_inputs["artifacts"]["model"]["taskOutputArtifact"]["producerTask"] == "export"
-    assert evaluate_inputs["parameters"]["model_uri"]["taskOutputParameter"]["producerTask"] == "export"
+    # The model URI travels in export's record.
+    assert evaluate_inputs["artifacts"]["exported"]["taskOutputArtifact"]["producerTask"] == "export"

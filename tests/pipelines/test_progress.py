@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from kfp import dsl, local
 
-from pipelines.progress import RunOutput, StepReport, captured_run_output, key_figure
+from pipelines.orchestration.progress import RunOutput, StepReport, captured_run_output, key_figure
 
 GREEN, CYAN, RESET = "\x1b[92m", "\x1b[96m", "\x1b[0m"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mlops.settings import Settings
-from pipelines.runner import settings_env
+from pipelines.orchestration.environment import settings_env
 
 
 def test_settings_survive_the_environment_round_trip_secrets_included(tmp_path: Path,

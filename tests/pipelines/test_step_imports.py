@@ -15,7 +15,7 @@ def test_the_ingest_and_deploy_steps_load_no_training_or_feature_library() -> No
     # then the evaluate step's module, which does need scikit-learn: the check sees an import.
     code = ("import json, sys\n"
             f"def heavy(): return [m for m in {HEAVY!r} if m in sys.modules]\n"
-            "import pipelines.tasks, pipelines.steps.deploy\n"
+            "import pipelines.orchestration.tasks, pipelines.steps.deploy\n"
             "before = heavy()\n"
             "import pipelines.steps.evaluate\n"
             "print(json.dumps([before, heavy()]))")

@@ -26,9 +26,10 @@ from mlops.errors import IngestError, RunLockedError
 from mlops.run_lock import exclusive_pipeline_run
 from mlops.settings import Settings
 from mlops_cli.app import app
-from pipelines.progress import key_figure
-from pipelines.runner import _failure
-from pipelines.tasks import ingest_task
+from pipelines.orchestration.context import StepContext
+from pipelines.orchestration.progress import key_figure
+from pipelines.orchestration.runner import _failure
+from pipelines.orchestration.tasks import ingest_task
 
 SYSTEMD_DIR = REPO_ROOT / "infra" / "systemd"
 runner = CliRunner()
@@ -55,7 +56,9 @@ def source(home: Path) -> Path:
 
 def test_ingest_keeps_the_window_and_reports_what_it_dropped(home: Path, source: Path) -> None:
     out = home / "windowed.parquet"
-    run_id, sha256 = ingest_task(str(source), out, "windowed", since="2026-02-02", until="2026-02-16")
+    ingested = ingest_task(StepContext.of(Settings(home=home)), source=str(source), snapshot=out, run_name="windowed",
+                           since="2026-02-02", until="2026-02-16")
+    run_id, sha256 = ingested.run_id, ingested.dataset_sha256
     kept = pd.read_parquet(out)
     times = kept["event_timestamp"]
     assert times.min() >= pd.Timestamp("2026-02-02", tz="UTC")
@@ -74,14 +77,15 @@ def test_ingest_keeps_the_window_and_reports_what_it_dropped(home: Path, source:
 
 def test_without_a_window_ingest_keeps_every_row(home: Path, source: Path) -> None:
     out = home / "all.parquet"
-    run_id, _ = ingest_task(str(source), out, "all")
+    run_id = ingest_task(StepContext.of(Settings(home=home)), source=str(source), snapshot=out, run_name="all").run_id
     assert len(pd.read_parquet(out)) == len(pd.read_csv(source))
     assert "window_rows" not in registry.client(Settings(home=home)).get_run(run_id).data.params
 
 
 def test_an_empty_window_stops_the_run_at_ingest_as_bad_input(home: Path, source: Path) -> None:
     with pytest.raises(IngestError, match=r"no rows in the training window \[2025-01-01"):
-        ingest_task(str(source), home / "empty.parquet", "empty-window", since="2025-01-01", until="2025-02-01")
+        ingest_task(StepContext.of(Settings(home=home)), source=str(source), snapshot=home / "empty.parquet",
+                    run_name="empty-window", since="2025-01-01", until="2025-02-01")
     failure = _failure(Settings(home=home), "empty-window", RuntimeError("task failed"))
     assert failure.step == "ingest"
     assert failure.exit_code == 2

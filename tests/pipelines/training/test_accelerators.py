@@ -10,15 +10,18 @@ import yaml
 from kfp import compiler, dsl
 
 from mlops.errors import ConfigError
-from pipelines import components
+from pipelines.orchestration.declaration import step_named
+from pipelines.orchestration.kfp_components import component
 from pipelines.training.accelerators import request_gpus
 
 
 def _compiled_train_resources(tmp_path: Path, gpus: int, mig_profile: str | None) -> dict[str, Any]:
     @dsl.pipeline(name="gpu-request")  # type: ignore[untyped-decorator]  # kfp is untyped
-    def pipeline(run_id: str) -> None:
+    def pipeline() -> None:
         data = dsl.importer(artifact_uri="file:///tmp/x.parquet", artifact_class=dsl.Dataset)
-        task = components.train(train=data.output, validation=data.output, test=data.output, run_id=run_id)
+        record = dsl.importer(artifact_uri="file:///tmp/ingest.json", artifact_class=dsl.Artifact)
+        task = component(step_named("train"))(train=data.output, validation=data.output, test=data.output,
+                                              ingested=record.output)
         request_gpus(task, gpus, mig_profile)
 
     path = tmp_path / "pipeline.yaml"

@@ -27,8 +27,10 @@ from mlops.inference import OnnxModel
 from mlops.model import FraudMLP, encode, fit_vocabularies
 from mlops.onnx_export import export_onnx
 from mlops.settings import Settings
+from pipelines.orchestration.context import StepContext
+from pipelines.orchestration.records import ExportRecord
+from pipelines.orchestration.tasks import evaluate_task
 from pipelines.steps.evaluate import EvaluationReport, QualityGates, evaluate
-from pipelines.tasks import evaluate_task
 from pipelines.training.entry import run_training
 from pipelines.training.export import ExportResult, log_model_to_mlflow
 from pipelines.training.trainer import TrainParams, TrainResult, best_f1_threshold, train_model
@@ -267,8 +269,9 @@ def test_evaluate_task_takes_the_margin_from_settings(
         frame.to_parquet(splits[name], index=False)
     run_id, model_uri = uris["best"]
 
-    decision, version = evaluate_task(splits["train"], splits["test"], model_dir, model_uri, run_id,
-                                      tmp_path / "evaluation")
+    evaluated = evaluate_task(StepContext.of(settings), train=splits["train"], test=splits["test"], model=model_dir,
+                              exported=ExportRecord(run_id=run_id, model_uri=model_uri),
+                              evaluation=tmp_path / "evaluation")
 
     report = EvaluationReport.model_validate_json((tmp_path / "evaluation" / "report.json").read_text())
     assert report.margin == 0.37
@@ -276,4 +279,4 @@ def test_evaluate_task_takes_the_margin_from_settings(
     assert report.production is not None
     gain = report.candidate.f1 - report.production.f1
     assert 0.05 < gain < 0.37  # better than production, but not by the configured margin
-    assert (decision, version) == ("reject", "2")
+    assert (evaluated.decision, evaluated.version) == ("reject", "2")

@@ -3,34 +3,31 @@
 The IR YAML that Kubeflow Pipelines would run is loaded and executed here, each step in a
 subprocess of the current environment. Settings reach the steps as MLOPS_* variables; when a
 step fails, the pipeline's MLflow run says which step and why, and that is what is raised.
-What cannot work is refused before kfp starts: a missing local source, an unknown format, an
-MLflow server that does not answer. The steps' streamed logs go to one log file per run
-(:mod:`pipelines.progress`); the caller gets one report per finished step. ``runner="inline"``
-calls the same steps in this process instead (:mod:`pipelines.inline_runner`), reported and
+What cannot work is refused once, here, before kfp starts: a missing local source, an unknown
+format, an MLflow server that does not answer. The steps' streamed logs go to one log file per run
+(:mod:`pipelines.orchestration.progress`); the caller gets one report per finished step. ``runner="inline"``
+calls the same steps in this process instead (:mod:`pipelines.orchestration.inline_runner`), reported and
 failing the same way.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import SecretStr
-
 from mlops import registry
 from mlops.errors import PipelineError
 from mlops.preflight import check_source, check_tracking_server, check_tracking_store
 from mlops.settings import Settings
-from pipelines.pipeline import COMPILED_PIPELINE
-from pipelines.progress import ANSI_ESCAPE, StepReport, captured_run_output, key_figure
+from pipelines.orchestration.declaration import STEPS, Step
+from pipelines.orchestration.environment import environment, settings_env
+from pipelines.orchestration.kfp_pipeline import COMPILED_PIPELINE
+from pipelines.orchestration.progress import ANSI_ESCAPE, StepReport, captured_run_output, key_figure
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -38,7 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # kfp: the compiled IR YAML on kfp.local, a process per step (the default); inline: the same steps
-# in this process (pipelines.inline_runner).
+# in this process (pipelines.orchestration.inline_runner).
 Runner = Literal["kfp", "inline"]
 
 
@@ -49,34 +46,6 @@ class PipelineOutcome:
     decision: str
     version: str | None
     production_version: str | None
-
-
-def settings_env(settings: Settings) -> dict[str, str]:
-    """The settings as MLOPS_* variables, with paths made absolute for the step processes."""
-    # Tuples travel as JSON, the form pydantic-settings parses back; secrets as themselves, not masked.
-    dumped = settings.model_dump(mode="json", exclude_none=True)
-    for name in dumped:
-        value = getattr(settings, name)
-        if isinstance(value, SecretStr):
-            dumped[name] = value.get_secret_value()
-    env = {f"MLOPS_{k.upper()}": v if isinstance(v, str) else json.dumps(v) for k, v in dumped.items()}
-    env["MLOPS_HOME"] = str(settings.resolved_home)
-    env["MLOPS_CONTRACT_PATH"] = str(settings.contract_path.expanduser().resolve())
-    return env
-
-
-@contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, old in saved.items():
-            if old is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = old
 
 
 def new_run_name() -> str:
@@ -91,10 +60,11 @@ def run_log_path(settings: Settings, run_name: str) -> Path:
 def run_pipeline(source: str, settings: Settings, *, package: Path = COMPILED_PIPELINE,
                  run_name: str | None = None, verbose: bool = False,
                  on_step: Callable[[StepReport], None] | None = None,
-                 since: str = "", until: str = "", last_weeks: int = 0, runner: Runner = "kfp") -> PipelineOutcome:
+                 since: str = "", until: str = "", last_weeks: int = 0, runner: Runner = "kfp",
+                 steps: tuple[Step, ...] = STEPS) -> PipelineOutcome:
     """Execute ``package`` on ``source``; raises PipelineError naming the failed step.
 
-    ``runner`` "inline" calls the same steps in this process instead (``package`` is then unused).
+    ``runner`` "inline" calls ``steps`` in this process instead (``package`` is then unused).
 
     ``since``/``until``/``last_weeks`` are the training window (:mod:`mlops.data.training_window`);
     not given, the run trains on all the data.
@@ -124,20 +94,17 @@ def run_pipeline(source: str, settings: Settings, *, package: Path = COMPILED_PI
         on_step(replace(step, figure=figure))
 
     log_path = run_log_path(settings, run_name)
-    with _environment(settings_env(settings)), captured_run_output(log_path, verbose=verbose, on_step=report), \
-            warnings.catch_warnings():
-        # The train task's GPU settings (pipelines/cluster.py) are for Kubeflow; locally they are moot.
-        warnings.filterwarnings("ignore", message=r"Task '.*': settings .* have no effect in the current local runner",
-                                category=UserWarning)
+    parameters: dict[str, str | int] = {"source": source, "run_name": run_name, "since": since, "until": until,
+                                        "last_weeks": last_weeks}
+    with captured_run_output(log_path, verbose=verbose, on_step=report):
         try:
             if runner == "inline":
-                from pipelines.inline_runner import run_steps
+                from pipelines.orchestration.context import StepContext
+                from pipelines.orchestration.inline_runner import run_steps
 
-                run_steps(source, run_name, settings.kfp_root / run_name, since=since, until=until,
-                          last_weeks=last_weeks)
+                run_steps(StepContext.of(settings), parameters, settings.kfp_root / run_name, steps)
             else:
-                _run_on_kfp_local(package, settings, source=source, run_name=run_name, since=since, until=until,
-                                  last_weeks=last_weeks)
+                _run_on_kfp_local(package, settings, parameters)
         except Exception as exc:  # kfp.local's RuntimeError, or the failed step's own error inline
             raise _failure(settings, run_name, exc, failed_steps[0] if failed_steps else None) from exc
     return _outcome(settings, run_name)
@@ -156,12 +123,17 @@ def _with_tracking_store(settings: Settings) -> Settings:
     return settings.model_copy(update={"tracking_uri": settings.resolved_tracking_uri})
 
 
-def _run_on_kfp_local(package: Path, settings: Settings, **arguments: str | int) -> None:
+def _run_on_kfp_local(package: Path, settings: Settings, parameters: dict[str, str | int]) -> None:
+    """The compiled pipeline on kfp.local, a process per step, the settings in their environment."""
     from kfp import components, local
 
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(settings.kfp_root),
                raise_on_error=True)
-    components.load_component_from_file(str(package))(**arguments)
+    with environment(settings_env(settings)), warnings.catch_warnings():
+        # The train task's GPU settings (pipelines/cluster.py) are for Kubeflow; locally they are moot.
+        warnings.filterwarnings("ignore", message=r"Task '.*': settings .* have no effect in the current local runner",
+                                category=UserWarning)
+        components.load_component_from_file(str(package))(**parameters)
 
 
 def _find_run(settings: Settings, run_name: str) -> Run | None:

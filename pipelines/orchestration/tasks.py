@@ -1,9 +1,10 @@
-"""One task per pipeline step: settings and contract in, the plain step function, MLflow logging out.
+"""The pipeline's step functions: context and inputs in, the step's code, MLflow logging, a record out.
 
-KFP components (pipelines/components.py) are one-line wrappers around these, so each step also
-runs and tests alone, outside KFP. All steps of one pipeline run log into one MLflow run, which
-the ingest task opens; a failing step marks that run FAILED. Each task imports its step's libraries
-(Great Expectations, Feast, scikit-learn) itself: a step process loads only what its step uses.
+pipelines/orchestration/declaration.py names these and says what each takes and gives; Kubeflow,
+the inline runner and DVC call them through it, so each step also runs and tests alone. All steps
+of one pipeline run log into one MLflow run, which the ingest task opens; a failing step marks that
+run FAILED. Each task imports its step's libraries (Great Expectations, Feast, scikit-learn)
+itself: a step process loads only what its step uses.
 """
 
 from __future__ import annotations
@@ -21,27 +22,21 @@ import mlflow
 import pandas as pd
 
 from mlops import registry
-from mlops.contract import DataContract, load_contract
 from mlops.data.ingest import ingest
 from mlops.data.training_window import apply_window, resolve_window
-from mlops.errors import DataValidationError, PipelineError
+from mlops.errors import DataValidationError, NotFoundError
 from mlops.inference import OnnxModel
 from mlops.reference_profile import PROFILE_ARTIFACT, build_profile
 from mlops.settings import Settings
-from pipelines.logs import configure_logging as configure_logging  # the components import it from here
+from pipelines.orchestration.context import StepContext
+from pipelines.orchestration.records import DeployRecord, EvaluateRecord, ExportRecord, IngestRecord, TrainRecord
 from pipelines.provenance import git_commit
 
 if TYPE_CHECKING:
     from pipelines.steps.evaluate import EvaluationReport
 
 log = logging.getLogger(__name__)
-
-
-def _context() -> tuple[Settings, DataContract]:
-    """Settings and contract of this step process, with MLflow pointed at the settings' stores."""
-    settings = Settings()
-    registry.client(settings)
-    return settings, load_contract(settings.contract_path)
+MODEL_RUN_SUFFIX = "-model"
 
 
 @contextmanager
@@ -58,54 +53,55 @@ def tracked_step(run_id: str, step: str) -> Iterator[None]:
             raise
 
 
-def ingest_task(source: str, snapshot_out: Path, run_name: str = "", since: str = "", until: str = "",
-                last_weeks: int = 0) -> tuple[str, str]:
+def ingest_task(context: StepContext, *, source: str, snapshot: Path, run_name: str = "", since: str = "",
+                until: str = "", last_weeks: int = 0) -> IngestRecord:
     """Open the MLflow run, snapshot ``source`` and write its rows inside the training window (all rows
-    when none is given; see :mod:`mlops.data.training_window`) to ``snapshot_out``; returns (run_id, sha256)."""
-    settings, contract = _context()
+    when none is given; see :mod:`mlops.data.training_window`) to ``snapshot``."""
+    settings, contract, snapshot_out = context.settings, context.contract, snapshot
     experiment_id = registry.ensure_experiment(settings)
     run = mlflow.MlflowClient().create_run(experiment_id, run_name=run_name or None,
                                            tags={"pipeline": "fraud-training"})
     run_id = run.info.run_id
     with tracked_step(run_id, "ingest"):
         window = resolve_window(since, until, last_weeks)
-        snapshot = ingest(source, settings.snapshots_dir, contract)
+        stored = ingest(source, settings.snapshots_dir, contract)
         snapshot_out.parent.mkdir(parents=True, exist_ok=True)
-        mlflow.log_params({"source": source, "dataset_sha256": snapshot.sha256, "dataset_rows": snapshot.rows,
+        mlflow.log_params({"source": source, "dataset_sha256": stored.sha256, "dataset_rows": stored.rows,
                            "contract": contract.name, "git_commit": git_commit(), "seed": settings.seed})
-        mlflow.set_tag("dataset_sha256", snapshot.sha256)
+        mlflow.set_tag("dataset_sha256", stored.sha256)
         if window.is_open:
-            shutil.copyfile(snapshot.path, snapshot_out)
+            shutil.copyfile(stored.path, snapshot_out)
         else:
-            inside, outside = apply_window(pd.read_parquet(snapshot.path), contract.timestamp_column, window)
+            inside, outside = apply_window(pd.read_parquet(stored.path), contract.timestamp_column, window)
             inside.to_parquet(snapshot_out, index=False)
             mlflow.log_params({"window_since": window.since.isoformat() if window.since else "",
                                "window_until": window.until.isoformat() if window.until else "",
                                "window_rows": len(inside), "rows_outside_window": outside})
             log.info("training window %s: %d rows kept, %d outside dropped", window.describe(), len(inside), outside)
-    log.info("ingested %s: %d rows, sha256 %s, MLflow run %s", source, snapshot.rows, snapshot.sha256, run_id)
-    return run_id, snapshot.sha256
+    log.info("ingested %s: %d rows, sha256 %s, MLflow run %s", source, stored.rows, stored.sha256, run_id)
+    return IngestRecord(run_id=run_id, dataset_sha256=stored.sha256)
 
 
-def validate_task(snapshot: Path, run_id: str, report_dir: Path) -> None:
-    """Validate the snapshot; the report is logged either way and a failure stops the pipeline."""
+def validate_task(context: StepContext, *, snapshot: Path, ingested: IngestRecord, report: Path) -> None:
+    """Validate the snapshot; the report (folder ``report``) is logged either way and a failure stops the pipeline."""
     from pipelines.steps.validate import check_snapshot, log_validation_to_mlflow, raise_for_failures
 
-    _, contract = _context()
+    run_id = ingested.run_id
     with tracked_step(run_id, "validate"):
-        report = check_snapshot(snapshot, contract, report_dir)
-        log_validation_to_mlflow(report, run_id)
-        raise_for_failures(report)
-    log.info("validation passed: %d expectations on %d rows", len(report.results), report.rows)
+        result = check_snapshot(snapshot, context.contract, report)
+        log_validation_to_mlflow(result, run_id)
+        raise_for_failures(result)
+    log.info("validation passed: %d expectations on %d rows", len(result.results), result.rows)
 
 
-def preprocess_task(snapshot: Path, run_id: str, split_paths: dict[str, Path]) -> None:
-    """Features, materialization, time split; the splits land at ``split_paths[name]``."""
+def preprocess_task(context: StepContext, *, snapshot: Path, ingested: IngestRecord, train: Path, validation: Path,
+                    test: Path) -> None:
+    """Features, materialization, time split; the splits land at ``train``, ``validation`` and ``test``."""
     from pipelines.steps.preprocess import preprocess
 
-    settings, contract = _context()
-    with tempfile.TemporaryDirectory() as tmp, tracked_step(run_id, "preprocess"):
-        summaries = preprocess(snapshot, contract, settings, Path(tmp))
+    split_paths = {"train": train, "validation": validation, "test": test}
+    with tempfile.TemporaryDirectory() as tmp, tracked_step(ingested.run_id, "preprocess"):
+        summaries = preprocess(snapshot, context.contract, context.settings, Path(tmp))
         for summary in summaries:
             split_paths[summary.name].parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(summary.path, split_paths[summary.name])
@@ -115,29 +111,51 @@ def preprocess_task(snapshot: Path, run_id: str, split_paths: dict[str, Path]) -
     log.info("splits: %s", ", ".join(f"{s.name}={s.rows}" for s in summaries))
 
 
-def train_task(train: Path, validation: Path, test: Path, run_id: str, model_dir: Path) -> None:
-    """Train (under torchrun when this pod has several GPUs); rank 0 leaves model.pt in ``model_dir``."""
+def start_model_run(settings: Settings, data_run_id: str) -> str:
+    """A new MLflow run, nested under the data run, that names the data it trains on; returns its id."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+    client = registry.client(settings)
+    try:
+        data_run = client.get_run(data_run_id)
+    except MlflowException as exc:
+        raise NotFoundError(f"no MLflow run {data_run_id} (the ingest record's data run): {exc.message}") from exc
+    tags = {MLFLOW_PARENT_RUN_ID: data_run_id, "pipeline": "fraud-training", "entry": "mlops step train",
+            "dataset_sha256": data_run.data.tags.get("dataset_sha256", "")}
+    run = client.create_run(data_run.info.experiment_id, run_name=f"{data_run.info.run_name}{MODEL_RUN_SUFFIX}",
+                            tags=tags)
+    return str(run.info.run_id)
+
+
+def train_task(context: StepContext, *, train: Path, validation: Path, test: Path, ingested: IngestRecord,
+               model: Path) -> TrainRecord:
+    """Train (under torchrun when this pod has several GPUs); rank 0 leaves model.pt in ``model``."""
+    from pipelines.orchestration.environment import environment, settings_env
     from pipelines.training.entry import launch_on_local_gpus, run_training
 
-    settings, _ = _context()
+    settings, model_dir = context.settings, model
+    run_id = start_model_run(settings, ingested.run_id) if context.separate_model_run else ingested.run_id
     paths = {"train": train, "validation": validation, "test": test}
     checkpoints = settings.resolved_checkpoint_dir
     with tracked_step(run_id, "train"):
-        if not launch_on_local_gpus(paths, model_dir, checkpoints, run_id):
+        with environment(settings_env(settings)):  # torchrun's processes read the settings from it
+            launched = launch_on_local_gpus(paths, model_dir, checkpoints, run_id)
+        if not launched:
             run_training(paths, model_dir, checkpoints, run_id=run_id, settings=settings, resume_key=run_id)
+    return TrainRecord(run_id=run_id, data_run_id=ingested.run_id)
 
 
-def export_task(model_dir: Path, test: Path, run_id: str, onnx_dir: Path) -> str:
-    """ONNX export with parity check and calibration figures, logged to MLflow; returns the model URI."""
+def export_task(context: StepContext, *, model: Path, test: Path, trained: TrainRecord, onnx: Path) -> ExportRecord:
+    """ONNX export with parity check and calibration figures, logged to MLflow as the run's model."""
     from pipelines.training.export import export_step
 
-    settings, contract = _context()
+    settings, contract, run_id = context.settings, context.contract, trained.run_id
     with tracked_step(run_id, "export"):
-        exported = export_step(model_dir, pd.read_parquet(test), contract, onnx_dir, settings.parity_tolerance,
-                               run_id)
+        exported = export_step(model, pd.read_parquet(test), contract, onnx, settings.parity_tolerance, run_id)
     export = exported.export
     log.info("exported %s (sha256 %s), parity %.2e", export.onnx_path, export.sha256[:12], export.max_abs_diff)
-    return exported.model_uri
+    return ExportRecord(run_id=run_id, model_uri=exported.model_uri)
 
 
 def evaluation_metrics(report: EvaluationReport) -> dict[str, float]:
@@ -155,14 +173,15 @@ def evaluation_metrics(report: EvaluationReport) -> dict[str, float]:
     return metrics
 
 
-def evaluate_task(train: Path, test: Path, model_dir: Path, model_uri: str, run_id: str,
-                  eval_dir: Path) -> tuple[str, str]:
-    """Score candidate and production, register the candidate with the decision; returns (decision, version)."""
+def evaluate_task(context: StepContext, *, train: Path, test: Path, model: Path, exported: ExportRecord,
+                  evaluation: Path) -> EvaluateRecord:
+    """Score candidate and production, register the candidate with the decision (``model``: the ONNX folder)."""
     from pipelines.model_card import render_model_card
     from pipelines.steps.deploy import promotion_tags
     from pipelines.steps.evaluate import QualityGates, evaluate
 
-    settings, contract = _context()
+    settings, contract, model_dir, eval_dir = context.settings, context.contract, model, evaluation
+    run_id, model_uri = exported.run_id, exported.model_uri
     frame = pd.read_parquet(test)
     candidate = OnnxModel(model_dir / registry.ONNX_FILE)
     prod_version = registry.alias_version(settings)
@@ -188,23 +207,27 @@ def evaluate_task(train: Path, test: Path, model_dir: Path, model_uri: str, run_
         mlflow.set_tags({"decision": report.decision, "decision_reason": report.reason[:4000],
                          "registered_version": version})
     log.info("registered %s v%s: %s (%s)", settings.model_name, version, report.decision, report.reason)
-    return report.decision, version
+    return EvaluateRecord(run_id=run_id, version=version, decision=report.decision, reason=report.reason)
 
 
-def deploy_task(run_id: str) -> None:
-    """Point the serving alias (and the Production stage) at the version this run registered."""
+def deploy_task(context: StepContext, *, evaluated: EvaluateRecord) -> DeployRecord:
+    """Point the serving alias (and the Production stage) at the evaluated version, only if evaluate promoted it.
+
+    The pipeline skips the step for a rejected version; a DVC stage runs it anyway and it leaves the alias alone.
+    """
     from pipelines.steps.deploy import deploy_version
 
-    settings, _ = _context()
+    settings, run_id, version = context.settings, evaluated.run_id, evaluated.version
+    if evaluated.decision != "promote":
+        log.info("%s v%s not promoted (%s); the serving alias stays where it is", settings.model_name, version,
+                 evaluated.reason)
+        return DeployRecord(run_id=run_id, version=version, promoted=False)
     with tracked_step(run_id, "deploy"):
-        version = mlflow.get_run(run_id).data.tags.get("registered_version")
-        if version is None:
-            raise PipelineError(f"MLflow run {run_id} registered no model version; nothing to deploy",
-                                step="deploy")
-        evaluated = registry.client(settings).get_model_version(settings.model_name, version).tags
-        compared = evaluated.get("production_version_at_evaluation", "none")
+        tags = mlflow.MlflowClient().get_model_version(settings.model_name, version).tags
+        compared = tags.get("production_version_at_evaluation", "none")
         previous = deploy_version(settings, version, expected=None if compared == "none" else compared,
                                   actor=f"pipeline run {run_id}")
         mlflow.set_tags({"deployed_version": version})
     log.info("%s v%s now holds alias %r (was %s)", settings.model_name, version, settings.serving_alias,
              previous or "none")
+    return DeployRecord(run_id=run_id, version=version, promoted=True)

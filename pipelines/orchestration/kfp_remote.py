@@ -17,7 +17,7 @@ import kfp_server_api
 import urllib3
 
 from mlops.errors import ClusterError, InputError
-from pipelines.pipeline import COMPILED_PIPELINE, PIPELINE_NAME
+from pipelines.orchestration.kfp_pipeline import COMPILED_PIPELINE, PIPELINE_NAME
 
 _CRON_FIELD = re.compile(r"^[0-9A-Za-z*?/,\-LW#]+$")
 # What a KFP endpoint answers or fails with when it is down, refuses or misunderstands a request.

@@ -1,0 +1,57 @@
+"""What every step is called with, and the call itself: one way in for Kubeflow, inline and DVC.
+
+The context (settings, contract, MLflow pointed at the settings' stores) is made once per process:
+once per run by the inline runner, once per task in a Kubeflow or DVC step process, where the
+settings arrive as MLOPS_* variables or params.yaml.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from mlops import registry
+from mlops.contract import DataContract, load_contract
+from mlops.settings import Settings
+from pipelines.orchestration.declaration import STEPS, Step, record_type
+from pipelines.orchestration.records import StepRecord, read_record
+
+
+@dataclass(frozen=True)
+class StepContext:
+    settings: Settings
+    contract: DataContract
+    # DVC stages: train opens a model run nested under the data run (pipelines/orchestration/records.py).
+    separate_model_run: bool = False
+
+    @classmethod
+    def of(cls, settings: Settings, *, separate_model_run: bool = False) -> StepContext:
+        registry.client(settings)  # MLflow's process-wide URIs, once
+        return cls(settings, load_contract(settings.contract_path), separate_model_run)
+
+
+def step_function(step: Step) -> Callable[..., StepRecord | None]:
+    module, name = step.function.split(":")
+    return cast(Callable[..., StepRecord | None], getattr(importlib.import_module(module), name))
+
+
+def call_step(step: Step, context: StepContext, arguments: Mapping[str, Any]) -> StepRecord | None:
+    """Run ``step``'s function with its arguments; its record (None when it returns none)."""
+    return step_function(step)(context, **arguments)
+
+
+def file_arguments(step: Step, parameters: Mapping[str, Any], paths: Mapping[str, Path],
+                   steps: tuple[Step, ...] = STEPS) -> dict[str, Any]:
+    """The arguments of a step run from files (Kubeflow, DVC): records read from their JSON files.
+
+    ``paths`` maps each consumed and produced artifact, and each taken record, to its path.
+    """
+    arguments: dict[str, Any] = {parameter.name: parameters[parameter.name] for parameter in step.parameters}
+    for name in [consumed.name for consumed in step.consumes] + [produced.name for produced in step.produces]:
+        arguments[name] = paths[name]
+    for takes in step.takes:
+        arguments[takes.name] = read_record(paths[takes.name], record_type(takes, steps))
+    return arguments

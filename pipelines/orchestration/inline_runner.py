@@ -1,0 +1,73 @@
+"""The inline runner: the pipeline's steps called one after another in the current process.
+
+The same declared steps (pipelines/orchestration/declaration.py) in the same order, with the
+same condition (deploy only when evaluate says "promote") and one MLflow run, as the compiled
+pipeline on kfp.local; only the process per step is gone, and with it the settings' trip through
+MLOPS_* variables and the records' through JSON files. A step process pays Python's start-up and
+its libraries' imports (MLflow, Feast, Great Expectations, torch: seconds each) every run; inline
+they are paid once per process, and a debugger stops inside a step. kfp.local stays the default: it runs the IR
+YAML that Kubeflow Pipelines runs. Each step prints kfp.local's "Executing task" / "finished
+with status" lines, so the caller's run output times and reports steps the same way.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TypeVar
+
+from pipelines.orchestration.context import StepContext, call_step
+from pipelines.orchestration.declaration import STEPS, Step
+from pipelines.orchestration.records import StepRecord
+
+T = TypeVar("T")
+
+
+def _step(name: str, call: Callable[[], T]) -> T:
+    print(f"Executing task '{name}'", flush=True)
+    try:
+        result = call()
+    except BaseException:
+        print(f"Task '{name}' finished with status FAILURE", flush=True)
+        raise
+    print(f"Task '{name}' finished with status SUCCESS", flush=True)
+    return result
+
+
+def _python_default_warning_filters() -> None:
+    """The filters a fresh interpreter (a kfp.local step process) starts with, whatever the caller
+    set: a warning in a step never fails it on kfp.local, so it must not inline either (a test run
+    that turns warnings into errors, say)."""
+    warnings.resetwarnings()
+    for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+        warnings.simplefilter("ignore", category)
+    warnings.filterwarnings("default", category=DeprecationWarning, module="__main__")
+
+
+def run_steps(context: StepContext, parameters: Mapping[str, str | int], artifacts: Path,
+              steps: tuple[Step, ...] = STEPS) -> dict[str, StepRecord]:
+    """Run ``steps`` with the pipeline's ``parameters``, outputs under ``artifacts/<step>/``; a failed step's
+    error propagates (the pipeline's MLflow run holds which step failed and why, as with kfp.local).
+
+    One context (settings, contract, MLflow's URIs) for every step; the records pass as objects.
+    Returns the records of the steps that ran, by step.
+    """
+    records: dict[str, StepRecord] = {}
+    with warnings.catch_warnings():
+        _python_default_warning_filters()
+        for step in steps:
+            if step.when is not None and getattr(records[step.when.step], step.when.field) != step.when.equals:
+                continue  # the pipeline's dsl.If
+            arguments: dict[str, object] = {parameter.name: parameters[parameter.name]
+                                            for parameter in step.parameters if parameter.name in parameters}
+            for consumed in step.consumes:
+                arguments[consumed.name] = artifacts / consumed.step / consumed.output
+            for produced in step.produces:
+                arguments[produced.name] = artifacts / step.name / produced.name
+                (artifacts / step.name).mkdir(parents=True, exist_ok=True)  # as kfp does for an output artifact
+            arguments |= {taken.name: records[taken.step] for taken in step.takes}
+            record = _step(step.name, lambda: call_step(step, context, arguments))  # noqa: B023  # called at once
+            if record is not None:
+                records[step.name] = record
+    return records

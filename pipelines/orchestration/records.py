@@ -1,0 +1,98 @@
+"""What the steps hand each other besides data files: one typed record per step that returns one.
+
+A step function returns its record and the next step takes it as an argument
+(pipelines/orchestration/declaration.py says who takes whose). The inline runner passes the object
+itself; a Kubeflow task and a DVC stage (``mlops step ...``) write it as a small JSON file, an
+output artifact or an uncached DVC out, and the next one reads it back. A record names MLflow state
+(runs, registered versions), which DVC cannot restore from its cache: a stage that writes to MLflow
+really runs.
+
+The data steps (ingest, validate, preprocess) log into the run ingest opens. In the pipeline train,
+export and evaluate log there too; as DVC stages train opens a model run nested under it for the
+three (:func:`pipelines.orchestration.tasks.start_model_run`): a changed training setting reruns
+only those steps, and MLflow never lets a run's params change, so each rerun is a new model run
+beside the old one instead of a rewrite of it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from mlops.errors import InputError
+
+
+class StepRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str  # the MLflow run the step logged into
+
+    @property
+    def line(self) -> str:
+        """What the step says when it ends (``mlops step ...`` prints it)."""
+        return f"MLflow run {self.run_id}"
+
+
+class IngestRecord(StepRecord):
+    dataset_sha256: str  # the snapshot's content hash (the platform's snapshot store keys it so)
+
+    @property
+    def line(self) -> str:
+        return f"snapshot sha256 {self.dataset_sha256}, MLflow data run {self.run_id}"
+
+
+class TrainRecord(StepRecord):
+    data_run_id: str  # run_id is the model run: train, export and evaluate log into it
+
+    @property
+    def line(self) -> str:
+        return f"MLflow model run {self.run_id}"
+
+
+class ExportRecord(StepRecord):
+    model_uri: str
+
+    @property
+    def line(self) -> str:
+        return f"model {self.model_uri}"
+
+
+class EvaluateRecord(StepRecord):
+    version: str
+    decision: Literal["promote", "reject"]
+    reason: str
+
+    @property
+    def line(self) -> str:
+        return f"registered version {self.version}, decision {self.decision} ({self.reason})"
+
+
+class DeployRecord(StepRecord):
+    version: str
+    promoted: bool  # False: evaluate rejected the version and the serving alias stayed where it was
+
+    @property
+    def line(self) -> str:
+        if self.promoted:
+            return f"version {self.version} now serves"
+        return f"version {self.version} not promoted; the serving alias stays where it is"
+
+
+Record = TypeVar("Record", bound=StepRecord)
+
+
+def read_record(path: Path, kind: type[Record]) -> Record:
+    """The record at ``path``; missing or malformed is bad input, named with the file."""
+    if not path.is_file():
+        raise InputError(f"no step record {path}: run the step that writes it first", field=str(path))
+    try:
+        return kind.model_validate_json(path.read_text())
+    except ValidationError as exc:
+        raise InputError(f"{path} is not a {kind.__name__}: {exc.errors()[0]['msg']}", field=str(path)) from exc
+
+
+def write_record(path: Path, record: StepRecord) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(record.model_dump_json(indent=2) + "\n")
