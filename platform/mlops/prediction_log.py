@@ -44,19 +44,24 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _DAY_MICROS = 86_400_000_000
 
 
-class PredictionRecord(BaseModel):
-    """What was asked, what the model saw, and what it answered."""
+class PredictionInputs(BaseModel):
+    """What was asked and what the model saw: one event, ready to score (the service gathers it)."""
 
     model_config = ConfigDict(extra="forbid")
 
     event_id: str
     event_timestamp: datetime
-    logged_at: datetime
     entities: dict[str, str]
     inputs: dict[str, Any]
     features: dict[str, float]
     unknown_entities: list[str]
     unknown_categories: list[str]
+
+
+class PredictionRecord(PredictionInputs):
+    """What was asked, what the model saw, and what it answered."""
+
+    logged_at: datetime
     probability: float
     decision: str
     model_name: str
@@ -66,7 +71,9 @@ class PredictionRecord(BaseModel):
     role: str = "champion"  # "challenger" for shadow scores logged beside the champion's
 
 
-_PLAIN_FIELDS = [n for n in PredictionRecord.model_fields if n not in ("entities", "inputs", "features")]
+# The plain columns in their order on disk (existing segments have it), before the nested ones.
+_PLAIN_FIELDS = ("event_id", "event_timestamp", "logged_at", "unknown_entities", "unknown_categories",
+                 "probability", "decision", "model_name", "model_version", "request_id", "latency_s", "role")
 
 
 def log_dir(settings: Settings) -> Path:
@@ -317,8 +324,7 @@ def read_prediction_frame(directory: Path, *, start: datetime | None = None,
 
     tables = _window_table(directory, start, end)
     if not tables:
-        return pd.DataFrame(columns=[n for n in PredictionRecord.model_fields if n not in
-                                     ("entities", "inputs", "features")])
+        return pd.DataFrame(columns=list(_PLAIN_FIELDS))
     table = pa.concat_tables(tables, promote_options="default")
     frame: pd.DataFrame = table.to_pandas()
     renamed = {c: c.split(".", 1)[1] for c in frame.columns if c.startswith((_ENTITY, _INPUT, _FEATURE))}

@@ -27,10 +27,10 @@ from mlops import registry
 from mlops.features import compute_features, empty_history
 from mlops.inference import OnnxModel
 from mlops.online_features import open_online_features
-from mlops.prediction_log import log_dir, read_predictions
+from mlops.prediction_log import PredictionInputs, log_dir, read_predictions
 from mlops.settings import Settings
 from serving.app import create_app
-from serving.predictor import Gathered, prediction_record
+from serving.predictor import prediction_record
 
 UNKNOWN_CUSTOMER = "C-never-seen"
 
@@ -242,13 +242,13 @@ def test_a_probability_equal_to_the_threshold_is_fraud_in_answer_and_log(
     state = client.app.state.service  # type: ignore[attr-defined]
     loaded, predictor = state.manager.require(), state.predictor
     threshold = loaded.model.threshold
-    gathered = Gathered(event_id="T-boundary", moment=datetime.now(UTC), keys={}, inputs={}, features={},
-                        unknown_entities=[], unknown_categories=[])
+    gathered = PredictionInputs(event_id="T-boundary", event_timestamp=datetime.now(UTC), entities={}, inputs={},
+                                features={}, unknown_entities=[], unknown_categories=[])
     below = float(np.nextafter(threshold, 0.0))
     for probability, decision in ((threshold, "fraud"), (below, "legit")):
-        assert predictor.answer(loaded, gathered, probability, "r1")["decision"] == decision
         record = prediction_record(loaded, gathered, probability, request_id="r1", latency_s=None)
         assert record.decision == decision
+        assert predictor.answer(loaded, record)["decision"] == decision
 
 
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
