@@ -1,9 +1,9 @@
 """The prediction service over a real registry and feature store: answers, parity, errors, 503.
 
-No mocks: a module fixture builds the embedded platform under a temporary MLOPS_HOME (generate
-transactions, publish and materialize features, train a small model, export it, log, register
-and promote it; about a minute on two cores) and one app serves it for the whole module. Every
-answered request is recorded in the online store, so each test uses its own ids where it matters.
+No mocks: the module's own copy of the embedded platform (tests/serving/served_platform.py: a
+promoted model and a materialized online store under a temporary MLOPS_HOME), and one app serves
+it for the whole module. Every answered request is recorded in the online store, so each test uses
+its own ids where it matters.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
-from served_platform import ServedPlatform, platform_in_env, sample_body
+from served_platform import ServedPlatform
 
 from mlops import registry
 from mlops.features import compute_features, empty_history
@@ -33,16 +33,6 @@ from serving.app import create_app
 from serving.predictor import prediction_record
 
 UNKNOWN_CUSTOMER = "C-never-seen"
-
-
-@pytest.fixture(scope="module")
-def platform_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedPlatform]:
-    yield from platform_in_env(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def body(platform_home: ServedPlatform) -> dict[str, Any]:
-    return sample_body(platform_home)
 
 
 @pytest.fixture(scope="module")
