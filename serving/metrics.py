@@ -79,8 +79,12 @@ class ServiceMetrics:
         for probability in probabilities:
             self.probability.observe(probability)
 
-    def served(self, name: str, version: str, alias: str) -> None:
-        """Point mlops_model_info at the model now served."""
+    def reload_failed(self) -> None:
+        self.reloads.labels(result="failed").inc()
+
+    def serving(self, name: str, version: str, alias: str) -> None:
+        """A model was loaded and is served now: counted, and mlops_model_info points at it."""
+        self.reloads.labels(result="loaded").inc()
         self._served = (name, version, alias)
 
     def exposition(self) -> bytes:
