@@ -39,6 +39,7 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-logo
 	$(VENV)/bin/mypy platform pipelines serving monitoring feature_repo infra tests
+	for conftest in tests/*/conftest.py; do $(VENV)/bin/mypy $$conftest || exit 1; done
 
 # Mutation testing (mutmut, configured in pyproject.toml): mutants of the decision modules (evaluate,
 # the train step's threshold rule and parameters, the validation suite's plan, ingest and the training

@@ -22,9 +22,10 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from mlops.errors import InputError, MLOpsError
-from mlops.prediction_log import PredictionRecord
+from mlops.inference import decide
+from mlops.prediction_log import PredictionInputs, PredictionRecord
 from serving.lifecycle import LoadedModel
-from serving.predictor import Gathered, Predictor, prediction_record
+from serving.predictor import Predictor, prediction_record
 
 if TYPE_CHECKING:
     from serving.state import ServiceState
@@ -85,18 +86,18 @@ async def answer_predictions(state: ServiceState, jobs: list[PredictJob]) -> lis
             models = _models_for(state, loaded, gathered)
             probabilities = _score_each(predictor, gathered, models)
             now = time.perf_counter()
-            state.prediction_log.write([
-                prediction_record(m, g, p, request_id=job.request_id, latency_s=now - job.started,
-                                  role="champion" if m is loaded else "canary")
-                for (_, job), part in zip(accepted, parts, strict=True)
-                for g, p, m in zip(gathered[part], probabilities[part], models[part], strict=True)])
+            records = [[prediction_record(m, g, p, request_id=job.request_id, latency_s=now - job.started,
+                                          role="champion" if m is loaded else "canary")
+                        for g, p, m in zip(gathered[part], probabilities[part], models[part], strict=True)]
+                       for (_, job), part in zip(accepted, parts, strict=True)]
+            state.prediction_log.write([record for job_records in records for record in job_records])
         except Exception as exc:  # noqa: BLE001 - the store, model or log failed: no request of the batch is answered
             results.update((index, exc) for index, _ in accepted)
         else:
-            for (index, job), part in zip(accepted, parts, strict=True):
+            for (index, job), part, job_records in zip(accepted, parts, records, strict=True):
                 state.shadow(gathered[part], job.request_id)
-                results[index] = [predictor.answer(m, g, p, job.request_id)
-                                  for g, p, m in zip(gathered[part], probabilities[part], models[part], strict=True)]
+                results[index] = [predictor.answer(m, record)
+                                  for m, record in zip(models[part], job_records, strict=True)]
     return [results[index] for index in range(len(jobs))]
 
 
@@ -113,8 +114,6 @@ async def answer_inference(state: ServiceState, jobs: list[InferJob]) -> list[In
         columns = {name: [value for job in jobs for value in job.columns[name]] for name in loaded.model.input_names}
         started = time.perf_counter()
         probabilities = [float(p) for p in loaded.model.predict_columns(columns)]
-        state.metrics.inference.observe(time.perf_counter() - started)
-        state.metrics.batch_size.observe(len(probabilities))
         now, features = time.perf_counter(), frozenset(state.contract.feature_names)
         records = []
         for job, part in zip(jobs, parts, strict=True):
@@ -125,23 +124,24 @@ async def answer_inference(state: ServiceState, jobs: list[InferJob]) -> list[In
             results.append(Inference(loaded, probabilities[part]))
             for index, probability in enumerate(probabilities[part]):
                 row = {name: values[index] for name, values in job.columns.items()}
-                records.append(_infer_record(state, loaded, job, index, row, features, probability, now - job.started))
+                records.append(_infer_record(loaded, job, index, row, features, probability, now - job.started))
+        state.metrics.scored(now - started, len(probabilities), (r.probability for r in records), with_entities=False)
         state.prediction_log.write(records)
     except Exception as exc:  # noqa: BLE001 - no request of the batch is answered
         return [exc] * len(jobs)
     return results
 
 
-def _models_for(state: ServiceState, champion: LoadedModel, gathered: list[Gathered]) -> list[LoadedModel]:
+def _models_for(state: ServiceState, champion: LoadedModel, gathered: list[PredictionInputs]) -> list[LoadedModel]:
     """The model that answers each row: the canary for the customers it takes, else the champion."""
     canary = state.manager.canary  # read once: a batch is answered by one canary, whatever the poller does
     if canary is None:
         return [champion] * len(gathered)
     key = state.contract.entities[0].join_key
-    return [canary.loaded if canary.takes(g.keys[key]) else champion for g in gathered]
+    return [canary.loaded if canary.takes(g.entities[key]) else champion for g in gathered]
 
 
-def _score_each(predictor: Predictor, gathered: list[Gathered], models: list[LoadedModel]) -> list[float]:
+def _score_each(predictor: Predictor, gathered: list[PredictionInputs], models: list[LoadedModel]) -> list[float]:
     """Each row's probability from its own model: one ONNX Runtime call per model."""
     groups: dict[int, list[int]] = {}
     for index, model in enumerate(models):
@@ -160,16 +160,15 @@ def _slices(sizes: Sequence[int]) -> list[slice]:
     return [slice(start, end) for start, end in itertools.pairwise(offsets)]
 
 
-def _infer_record(state: ServiceState, loaded: LoadedModel, job: InferJob, index: int, row: dict[str, Any],
-                  features: frozenset[str], probability: float, latency: float) -> PredictionRecord:
+def _infer_record(loaded: LoadedModel, job: InferJob, index: int, row: dict[str, Any], features: frozenset[str],
+                  probability: float, latency: float) -> PredictionRecord:
     now = datetime.now(UTC)
-    state.metrics.probability.observe(probability)
     return PredictionRecord.model_construct(  # values already checked against the graph and contract
         event_id=f"{job.id}/{index}", event_timestamp=now, logged_at=now, entities={},
         inputs={k: v for k, v in row.items() if k not in features},
         features={k: float(v) for k, v in row.items() if k in features},
         unknown_entities=[], unknown_categories=[], probability=probability,
-        decision="fraud" if probability >= loaded.model.threshold else "legit",
+        decision=decide(probability, loaded.model.threshold),
         model_name=loaded.served.name, model_version=loaded.served.version, request_id=job.request_id,
         latency_s=latency,
     )

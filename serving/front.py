@@ -37,7 +37,6 @@ class ServiceApp(FastAPI):
         super().__init__(**kwargs)
         self.metrics = metrics
         self._direct: dict[str, tuple[str, Endpoint]] = {}
-        self._children: dict[tuple[str, int], tuple[Any, Any]] = {}  # labelled metrics, looked up once
         self._reseed_request_ids()
         # A server that forks after creating the app (gunicorn --preload) must not repeat ids across workers.
         os.register_at_fork(after_in_child=self._reseed_request_ids)
@@ -74,9 +73,7 @@ class ServiceApp(FastAPI):
                 await self._answer_directly(direct[1], scope, receive, send_with_id)
         finally:
             route = direct[0] if direct is not None else getattr(scope.get("route"), "path", "unmatched")
-            counter, latency = self._labelled(route, status)
-            counter.inc()
-            latency.observe(time.perf_counter() - started)
+            self.metrics.answered(route, status, time.perf_counter() - started)
 
     async def _answer_directly(self, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send) -> None:
         scope["app"] = self
@@ -98,12 +95,3 @@ class ServiceApp(FastAPI):
     def _new_request_id(self) -> str:
         """This process's random prefix and a counter: 32 hex digits, unique (a uuid4 per request cost 10 us)."""
         return f"{self._id_prefix}{next(self._id_counter):08x}"
-
-    def _labelled(self, route: str, status: int) -> tuple[Any, Any]:
-        key = (route, status)
-        children = self._children.get(key)
-        if children is None:
-            children = (self.metrics.requests.labels(route=route, status=str(status)),
-                        self.metrics.latency.labels(route=route))
-            self._children[key] = children
-        return children

@@ -189,7 +189,7 @@ class ModelManager:
             served = registry.download_version(self.settings, version, dest)
             model = self._open(served)
         except MLOpsError:
-            self.metrics.reloads.labels(result="failed").inc()
+            self.metrics.reload_failed()
             raise
         if alias not in _UNCACHED:
             self._write_cache(alias, served)
@@ -215,8 +215,7 @@ class ModelManager:
         previous = self.current
         self.current = loaded  # one reference assignment: a request sees the old or the new model, whole
         self.last_error = ""
-        self.metrics.reloads.labels(result="loaded").inc()
-        self.metrics.served(loaded.served.name, loaded.served.version, loaded.alias)
+        self.metrics.serving(loaded.served.name, loaded.served.version, loaded.alias)
         log.info("serving %s version %s (alias %s) on %s; was %s", loaded.served.name, loaded.served.version,
                  loaded.alias, ", ".join(loaded.model.providers),
                  previous.served.version if previous else "none")

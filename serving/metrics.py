@@ -1,4 +1,5 @@
-"""Prometheus metrics of one service process, exposed at ``/metrics``.
+"""Prometheus metrics of one service process, exposed at ``/metrics``, and where they are observed:
+the routes (REST and gRPC) and the scoring report to the methods of :class:`ServiceMetrics`.
 
 Names are shared with monitoring/prometheus/alerts.yml and the Grafana dashboards: change them
 there too. Each app owns its registry, so several apps in one process (tests) never collide.
@@ -6,11 +7,14 @@ there too. Each app owns its registry, so several apps in one process (tests) ne
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, values
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from mlops.prediction_log import PredictionInputs
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 _PROBABILITY_BUCKETS = tuple(round(0.05 * i, 2) for i in range(1, 21))
@@ -44,9 +48,43 @@ class ServiceMetrics:
         self.reloads = Counter("mlops_model_reloads", "Model reload attempts by result.", ["result"], registry=r)
         self.batch_size = Histogram("mlops_batch_size", "Rows per inference call.", buckets=_BATCH_BUCKETS,
                                     registry=r)
+        self._routes: dict[tuple[str, int | str], tuple[Any, Any]] = {}  # labelled children, looked up once
 
-    def served(self, name: str, version: str, alias: str) -> None:
-        """Point mlops_model_info at the model now served."""
+    def answered(self, route: str, status: int | str, seconds: float) -> None:
+        """One request of ``route`` (REST path or ``grpc:<method>``) answered with ``status`` in ``seconds``."""
+        children = self._routes.get((route, status))
+        if children is None:
+            children = self._routes[(route, status)] = (self.requests.labels(route=route, status=str(status)),
+                                                        self.latency.labels(route=route))
+        children[0].inc()
+        children[1].observe(seconds)
+
+    def gathered(self, seconds: float, rows: Sequence[PredictionInputs]) -> None:
+        """One online-store read and feature computation for ``rows``, and their unknown entities."""
+        self.feature_fetch.observe(seconds)
+        for row in rows:
+            for entity in row.unknown_entities:
+                self.unknown_entities.labels(entity=entity).inc()
+
+    def scored(self, seconds: float, rows: int, probabilities: Iterable[float], *, with_entities: bool) -> None:
+        """One ONNX Runtime call of ``rows`` rows: its time, its size and the ``probabilities`` answered.
+
+        ``with_entities``: rows of the domain API, counted in mlops_predictions (the unknown-entity
+        rate's denominator; infer requests name no entity).
+        """
+        self.inference.observe(seconds)
+        self.batch_size.observe(rows)
+        if with_entities:
+            self.predictions.inc(rows)
+        for probability in probabilities:
+            self.probability.observe(probability)
+
+    def reload_failed(self) -> None:
+        self.reloads.labels(result="failed").inc()
+
+    def serving(self, name: str, version: str, alias: str) -> None:
+        """A model was loaded and is served now: counted, and mlops_model_info points at it."""
+        self.reloads.labels(result="loaded").inc()
         self._served = (name, version, alias)
 
     def exposition(self) -> bytes:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,25 +18,13 @@ from pydantic import BaseModel
 from mlops.contract import DataContract
 from mlops.errors import InputError
 from mlops.features import compute_features, unknown_entities
+from mlops.inference import decide
 from mlops.online_features import OnlineEvent, OnlineFeatures
-from mlops.prediction_log import PredictionRecord
+from mlops.prediction_log import PredictionInputs, PredictionRecord
 from serving.lifecycle import LoadedModel
 from serving.metrics import ServiceMetrics
 
 _EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)  # histories count microseconds since the epoch
-
-
-@dataclass(frozen=True)
-class Gathered:
-    """One request's model inputs, ready to score."""
-
-    event_id: str
-    moment: datetime
-    keys: dict[str, str]
-    inputs: dict[str, Any]
-    features: dict[str, float]
-    unknown_entities: list[str]
-    unknown_categories: list[str]
 
 
 class Predictor:
@@ -73,7 +60,7 @@ class Predictor:
                              field=self.contract.timestamp_column)
         return given.astimezone(UTC)
 
-    def gather(self, requests: Sequence[BaseModel], moments: Sequence[datetime]) -> list[Gathered]:
+    def gather(self, requests: Sequence[BaseModel], moments: Sequence[datetime]) -> list[PredictionInputs]:
         """Read the entities' histories, compute the features at the event times, record the events.
 
         ``moments`` come from :meth:`event_times`. The requests are recorded in order, together
@@ -89,50 +76,42 @@ class Predictor:
         gathered = []
         for request, event, histories in zip(requests, events, seen, strict=True):
             inputs = {name: getattr(request, name) for name in self._raw_inputs}
-            unknown = unknown_entities(self.contract, histories, event.moment)
-            for entity in unknown:
-                self.metrics.unknown_entities.labels(entity=entity).inc()
-            gathered.append(Gathered(event.event_id, event.moment, dict(event.keys), inputs,
-                                     compute_features(self.contract, histories, event.moment), unknown,
-                                     [name for name, known in self._categories.items() if inputs[name] not in known]))
-        self.metrics.feature_fetch.observe(time.perf_counter() - started)
+            # model_construct: every value comes from the validated request and the store.
+            gathered.append(PredictionInputs.model_construct(
+                event_id=event.event_id, event_timestamp=event.moment, entities=dict(event.keys), inputs=inputs,
+                features=compute_features(self.contract, histories, event.moment),
+                unknown_entities=unknown_entities(self.contract, histories, event.moment),
+                unknown_categories=[name for name, known in self._categories.items() if inputs[name] not in known]))
+        self.metrics.gathered(time.perf_counter() - started, gathered)
         return gathered
 
-    def score(self, model: LoadedModel, rows: list[Gathered]) -> list[float]:
+    def score(self, model: LoadedModel, rows: list[PredictionInputs]) -> list[float]:
         """Probabilities of ``rows`` in one ONNX Runtime call."""
         started = time.perf_counter()
-        probabilities = model.model.predict_proba([{**g.inputs, **g.features} for g in rows])
-        self.metrics.inference.observe(time.perf_counter() - started)
-        self.metrics.batch_size.observe(len(rows))
-        self.metrics.predictions.inc(len(rows))
-        for p in probabilities:
-            self.metrics.probability.observe(float(p))
-        return [float(p) for p in probabilities]
+        probabilities = [float(p) for p in model.model.predict_proba([{**g.inputs, **g.features} for g in rows])]
+        self.metrics.scored(time.perf_counter() - started, len(rows), probabilities, with_entities=True)
+        return probabilities
 
-    def answer(self, model: LoadedModel, gathered: Gathered, probability: float, request_id: str) -> dict[str, Any]:
-        threshold = model.model.threshold
+    def answer(self, model: LoadedModel, record: PredictionRecord) -> dict[str, Any]:
+        """The domain API's answer for one logged prediction (its model's threshold beside the decision)."""
         return {
-            self.contract.id_column: gathered.event_id,
-            "request_id": request_id,
-            "probability": probability,
-            "decision": "fraud" if probability >= threshold else "legit",
-            "threshold": threshold,
-            "model_name": model.served.name,
-            "model_version": model.served.version,
-            self.contract.timestamp_column: gathered.moment.isoformat(),
-            "unknown_entities": gathered.unknown_entities,
-            "unknown_categories": gathered.unknown_categories,
+            self.contract.id_column: record.event_id,
+            "request_id": record.request_id,
+            "probability": record.probability,
+            "decision": record.decision,
+            "threshold": model.model.threshold,
+            "model_name": record.model_name,
+            "model_version": record.model_version,
+            self.contract.timestamp_column: record.event_timestamp.isoformat(),
+            "unknown_entities": record.unknown_entities,
+            "unknown_categories": record.unknown_categories,
         }
 
 
-def prediction_record(model: LoadedModel, gathered: Gathered, probability: float, *, request_id: str,
+def prediction_record(model: LoadedModel, gathered: PredictionInputs, probability: float, *, request_id: str,
                       latency_s: float | None, role: str = "champion") -> PredictionRecord:
-    # model_construct: every value comes from validated requests and the model; skip re-validating.
-    return PredictionRecord.model_construct(
-        event_id=gathered.event_id, event_timestamp=gathered.moment, logged_at=datetime.now(UTC),
-        entities=gathered.keys, inputs=gathered.inputs, features=gathered.features,
-        unknown_entities=gathered.unknown_entities, unknown_categories=gathered.unknown_categories,
-        probability=probability, decision="fraud" if probability >= model.model.threshold else "legit",
-        model_name=model.served.name, model_version=model.served.version, request_id=request_id,
-        latency_s=latency_s, role=role,
-    )
+    """``gathered`` as ``model`` scored it: the record the log keeps and the answer is made of."""
+    return PredictionRecord.model_construct(  # values already validated (see Predictor.gather)
+        **gathered.__dict__, logged_at=datetime.now(UTC), probability=probability,
+        decision=decide(probability, model.model.threshold), model_name=model.served.name,
+        model_version=model.served.version, request_id=request_id, latency_s=latency_s, role=role)

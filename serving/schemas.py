@@ -12,10 +12,10 @@ from typing import Annotated, Any, Literal
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
 from mlops.contract import DataContract
+from mlops.inference import Decision
 
 _KEY_MAX_LENGTH = 128  # ids and join keys are short codes; bounding them bounds the work per request
 _CATEGORY_MAX_LENGTH = 64
-Decision = Literal["fraud", "legit"]
 
 
 def _key_type() -> Any:

@@ -10,12 +10,12 @@ from typing import Any
 
 from mlops.contract import DataContract
 from mlops.errors import ModelNotReadyError
-from mlops.prediction_log import PredictionLog
+from mlops.prediction_log import PredictionInputs, PredictionLog
 from serving.answering import Inference, InferJob, PredictJob, answer_inference, answer_predictions
 from serving.batching import TurnBatcher
 from serving.lifecycle import LoadedModel, ModelManager
 from serving.metrics import ServiceMetrics
-from serving.predictor import Gathered, Predictor, prediction_record
+from serving.predictor import Predictor, prediction_record
 from serving.settings import ServingSettings
 
 log = logging.getLogger(__name__)
@@ -44,14 +44,14 @@ class ServiceState:
             raise ModelNotReadyError("the feature store is not open yet")
         return self.predictor
 
-    def shadow(self, gathered: list[Gathered], request_id: str) -> None:
+    def shadow(self, gathered: list[PredictionInputs], request_id: str) -> None:
         """Score the challenger on the same inputs off the response path and log it beside the champion."""
         challenger = self.manager.challenger
         if challenger is None or self.predictor is None:
             return
         self.shadow_pool.submit(self._score_challenger, challenger, gathered, request_id)
 
-    def _score_challenger(self, challenger: LoadedModel, gathered: list[Gathered], request_id: str) -> None:
+    def _score_challenger(self, challenger: LoadedModel, gathered: list[PredictionInputs], request_id: str) -> None:
         try:
             rows = [{**g.inputs, **g.features} for g in gathered]
             probabilities = challenger.model.predict_proba(rows)

@@ -24,6 +24,8 @@ from mlops.registry import ServedModel, download_serving_model, download_version
 from mlops.settings import Settings
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from mlops.inference import OnnxModel
 
 BATCH_ROWS = 65_536
@@ -63,7 +65,8 @@ def score_file(source: Path, out: Path, contract: DataContract, settings: Settin
         if settings.feature_engine == "spark":
             spark_out = work / "scored.parquet"
             spark_module().score_spark(features, served.onnx_path.read_bytes(), spark_out, contract)
-            rows, frauds = _decide(spark_out, staged, model.threshold, served.version)
+            rows, frauds = _write_decided(spark_out, _scored_by_spark, staged, model.threshold, served.version,
+                                          progress)
         else:
             rows, frauds = _score_batches(model, features, staged, served.version, progress)
         staged.replace(out)  # never a half-written output under the asked name
@@ -85,49 +88,61 @@ def _model(settings: Settings, dest: Path, version: str | None) -> ServedModel:
 
 def _score_batches(model: OnnxModel, features: Path, out: Path, version: str,
                    progress: Progress | None) -> tuple[int, int]:
-    """Probability (float64 of the graph's float32, as the service answers), decision ("fraud" at
-    or above the version's threshold, as the service decides) and version, per record batch."""
+    """Probability (float64 of the graph's float32, as the service answers), decision and version,
+    per record batch of the backfill."""
     import numpy as np
     import pyarrow as pa
+
+    def scored(batch: pa.RecordBatch) -> pa.Table:
+        columns = {name: batch.column(name).to_numpy(zero_copy_only=False) for name in model.input_names
+                   if name in batch.schema.names}
+        probability = model.predict_columns(columns).astype(np.float64)
+        return pa.Table.from_batches([batch]).append_column(PROBABILITY, pa.array(probability))
+
+    return _write_decided(features, scored, out, model.threshold, version, progress)
+
+
+def _scored_by_spark(batch: pa.RecordBatch) -> pa.Table:
+    """A batch of Spark's output: its probability column is there already."""
+    import pyarrow as pa
+
+    return pa.Table.from_batches([batch])
+
+
+def _write_decided(source: Path, scored: Callable[[pa.RecordBatch], pa.Table], out: Path, threshold: float,
+                   version: str, progress: Progress | None) -> tuple[int, int]:
+    """``scored`` of each record batch of ``source`` (a Parquet file or folder) with its decisions
+    (:func:`mlops.inference.decide`, as the service decides) and ``version``, into ``out``."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
-    table = pq.ParquetFile(features)
-    total = table.metadata.num_rows
+    from mlops.inference import decide
+
+    dataset = ds.dataset(source, format="parquet")
+    total = dataset.count_rows()
     done = frauds = 0
     writer: pq.ParquetWriter | None = None
     try:
-        for batch in table.iter_batches(batch_size=BATCH_ROWS):
-            columns = {name: batch.column(name).to_numpy(zero_copy_only=False) for name in model.input_names
-                       if name in batch.schema.names}
-            probability = model.predict_columns(columns).astype(np.float64)
-            fraud = probability >= model.threshold
-            scored = pa.Table.from_batches([batch]).append_column(PROBABILITY, pa.array(probability))
-            scored = scored.append_column(DECISION, pa.array(np.where(fraud, "fraud", "legit")))
-            scored = scored.append_column(MODEL_VERSION, pa.array([version] * batch.num_rows, pa.string()))
+        for batch in dataset.to_batches(batch_size=BATCH_ROWS):
+            table = scored(batch)
+            decisions = [decide(p, threshold) for p in table.column(PROBABILITY).to_pylist()]
+            table = table.append_column(DECISION, pa.array(decisions, pa.string()))
+            table = table.append_column(MODEL_VERSION, pa.array([version] * table.num_rows, pa.string()))
             if writer is None:
-                writer = pq.ParquetWriter(out, scored.schema)
-            writer.write_table(scored)
-            done += batch.num_rows
-            frauds += int(fraud.sum())
+                writer = pq.ParquetWriter(out, table.schema)
+            writer.write_table(table)
+            done += table.num_rows
+            frauds += decisions.count("fraud")
             if progress is not None:
                 progress(done, total)
-        if writer is None:  # no rows: still a file with the columns
-            empty = table.schema_arrow.append(pa.field(PROBABILITY, pa.float64()))
+        if writer is None:  # no rows: still a file with the columns (the backfill's have no probability yet)
+            empty = dataset.schema
+            if PROBABILITY not in empty.names:
+                empty = empty.append(pa.field(PROBABILITY, pa.float64()))
             empty = empty.append(pa.field(DECISION, pa.string())).append(pa.field(MODEL_VERSION, pa.string()))
             pq.write_table(empty.empty_table(), out)
     finally:
         if writer is not None:
             writer.close()
     return done, frauds
-
-
-def _decide(scored: Path, out: Path, threshold: float, version: str) -> tuple[int, int]:
-    """Spark's probabilities plus the decision and version columns, as the embedded path writes them."""
-    target = str(out).replace("'", "''")
-    with connection(out.parent / f".{out.name}.spill") as con:
-        con.execute(f"COPY (SELECT *, CASE WHEN {PROBABILITY} >= {threshold!r} THEN 'fraud' ELSE 'legit' END "
-                    f"AS {DECISION}, '{version}' AS {MODEL_VERSION} FROM {parquet_scan(scored)}) "
-                    f"TO '{target}' (FORMAT parquet)")
-        [(rows, frauds)] = con.sql(f"SELECT count(*), count(*) FILTER (WHERE {DECISION} = 'fraud') "
-                                   f"FROM {parquet_scan(out)}").fetchall()
-    return int(rows), int(frauds)

@@ -7,9 +7,10 @@ values (one input per field), so this module only shapes a table into the graph'
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import numpy as np
 import onnxruntime as ort
@@ -24,6 +25,13 @@ _STRING_TYPE = "tensor(string)"
 _FLOAT_TYPE = "tensor(float)"
 
 Rows: TypeAlias = "pd.DataFrame | Sequence[Mapping[str, Any]]"
+Decision: TypeAlias = Literal["fraud", "legit"]
+
+
+def decide(probability: float, threshold: float) -> Decision:
+    """The one fraud/legit rule, for every scorer (the service's routes, shadow, canary, batch scoring):
+    fraud at or above the model's threshold."""
+    return "fraud" if probability >= threshold else "legit"
 
 
 def cuda_available() -> bool:
@@ -62,7 +70,7 @@ class OnnxModel:
         self.input_names: list[str] = list(self.input_types)
         self.output_name: str = self.session.get_outputs()[0].name
 
-    @property
+    @functools.cached_property  # read per prediction; parsed once
     def threshold(self) -> float:
         return float(self.metadata["threshold"])
 

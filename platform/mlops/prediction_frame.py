@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from mlops.prediction_log import FLAT_PREFIXES, PredictionRecord, window_tables
+from mlops.prediction_log import FLAT_PREFIXES, PLAIN_FIELDS, window_tables
 
 
 def read_prediction_frame(directory: Path, *, start: datetime | None = None,
@@ -22,8 +22,7 @@ def read_prediction_frame(directory: Path, *, start: datetime | None = None,
     """
     tables = window_tables(directory, start, end)
     if not tables:
-        return pd.DataFrame(columns=[n for n in PredictionRecord.model_fields if n not in
-                                     ("entities", "inputs", "features")])
+        return pd.DataFrame(columns=list(PLAIN_FIELDS))
     table = pa.concat_tables(tables, promote_options="default")
     frame: pd.DataFrame = table.to_pandas()
     renamed = {c: c.split(".", 1)[1] for c in frame.columns if c.startswith(FLAT_PREFIXES)}

@@ -42,19 +42,24 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _DAY_MICROS = 86_400_000_000
 
 
-class PredictionRecord(BaseModel):
-    """What was asked, what the model saw, and what it answered."""
+class PredictionInputs(BaseModel):
+    """What was asked and what the model saw: one event, ready to score (the service gathers it)."""
 
     model_config = ConfigDict(extra="forbid")
 
     event_id: str
     event_timestamp: datetime
-    logged_at: datetime
     entities: dict[str, str]
     inputs: dict[str, Any]
     features: dict[str, float]
     unknown_entities: list[str]
     unknown_categories: list[str]
+
+
+class PredictionRecord(PredictionInputs):
+    """What was asked, what the model saw, and what it answered."""
+
+    logged_at: datetime
     probability: float
     decision: str
     model_name: str
@@ -64,7 +69,9 @@ class PredictionRecord(BaseModel):
     role: str = "champion"  # "challenger" for shadow scores logged beside the champion's
 
 
-_PLAIN_FIELDS = [n for n in PredictionRecord.model_fields if n not in ("entities", "inputs", "features")]
+# The plain columns in their order on disk (existing segments have it), before the nested ones.
+PLAIN_FIELDS = ("event_id", "event_timestamp", "logged_at", "unknown_entities", "unknown_categories",
+                 "probability", "decision", "model_name", "model_version", "request_id", "latency_s", "role")
 
 
 def log_dir(settings: Settings) -> Path:
@@ -74,7 +81,7 @@ def log_dir(settings: Settings) -> Path:
 def _row(record: PredictionRecord) -> dict[str, Any]:
     # Attribute reads, not model_dump: this runs for every prediction. Times go to Arrow as integer
     # microseconds (its timestamp columns' own unit): converting datetimes cost 15 us per record.
-    row = {name: getattr(record, name) for name in _PLAIN_FIELDS}
+    row = {name: getattr(record, name) for name in PLAIN_FIELDS}
     row["event_timestamp"], row["logged_at"] = to_micros(record.event_timestamp), to_micros(record.logged_at)
     row.update({_ENTITY + k: v for k, v in record.entities.items()})
     row.update({_INPUT + k: v for k, v in record.inputs.items()})

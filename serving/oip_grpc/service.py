@@ -103,8 +103,7 @@ class InferenceService:
                 code = grpc.StatusCode.INTERNAL
                 raise
             finally:
-                self.state.metrics.requests.labels(route=counted, status=code.name).inc()
-                self.state.metrics.latency.labels(route=counted).observe(time.perf_counter() - started)
+                self.state.metrics.answered(counted, code.name, time.perf_counter() - started)
 
         return answer
 

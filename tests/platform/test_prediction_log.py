@@ -7,6 +7,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from mlops.prediction_frame import read_prediction_frame
@@ -44,6 +45,24 @@ def test_one_write_of_many_records_reads_back_by_window_and_day(tmp_path: Path) 
     assert [r.event_id for r in window] == ["T1", "T2", "T3"]
     # The records cross midnight (UTC): one folder per day, so a window reads only its days.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["2026-03-01", "2026-03-02"]
+
+
+def test_a_segment_keeps_the_column_order_and_types_that_existing_logs_have(tmp_path: Path) -> None:
+    log = PredictionLog(tmp_path)
+    log.write([_record(1)])
+    log.close()
+    [segment] = tmp_path.glob(f"*/*{SEGMENT_SUFFIX}")
+
+    with pa.ipc.open_stream(pa.memory_map(str(segment))) as reader:
+        schema = reader.schema
+
+    strings, floats, times = pa.string(), pa.float64(), pa.timestamp("us", tz="UTC")
+    assert [(f.name, f.type) for f in schema] == [
+        ("event_id", strings), ("event_timestamp", times), ("logged_at", times),
+        ("unknown_entities", pa.list_(strings)), ("unknown_categories", pa.list_(strings)),
+        ("probability", floats), ("decision", strings), ("model_name", strings), ("model_version", strings),
+        ("request_id", strings), ("latency_s", floats), ("role", strings), ("entity.customer_id", strings),
+        ("input.amount", floats), ("input.country", strings), ("feature.customer_txn_count_1h", floats)]
 
 
 def test_the_frame_has_one_column_per_input_feature_and_key(tmp_path: Path) -> None:

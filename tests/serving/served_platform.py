@@ -1,14 +1,19 @@
 """The served platform the serving tests share: a real registry and feature store.
 
 No mocks: building it generates transactions, publishes and materializes features, trains a
-small model, exports it, logs, registers and promotes it (about a minute on two cores). The
-test modules wrap these helpers in module-scoped fixtures, so each module gets its own home.
+small model, exports it, logs, registers and promotes it (about a minute on two cores). That is
+done once per session (tests/serving/conftest.py); each module gets a copy of the built home, so
+what one module's tests record, register or promote never reaches another's. The copies' registry
+and feature definitions still name the built home's files (model artifacts, the offline source),
+which every module only reads.
 """
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,13 +75,27 @@ def build_platform(settings: ServingSettings) -> ServedPlatform:
     return ServedPlatform(settings, contract, transactions, export.onnx_path, version, model_uri, run_id)
 
 
-def platform_in_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedPlatform]:
-    """MLOPS_HOME with a promoted model and a materialized online store; env set while it is in use."""
-    home = tmp_path_factory.mktemp("served-home")
+@contextmanager
+def _home_in_env(home: Path) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MLOPS_HOME", str(home))
         patch.setenv("MLOPS_MAX_EPOCHS", str(MAX_EPOCHS))
-        yield build_platform(ServingSettings())
+        yield
+
+
+def built_platform(tmp_path_factory: pytest.TempPathFactory) -> ServedPlatform:
+    """A home with a promoted model and a materialized online store, the original the modules copy."""
+    with _home_in_env(tmp_path_factory.mktemp("served-built")):
+        return build_platform(ServingSettings())
+
+
+def platform_copy(built: ServedPlatform, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedPlatform]:
+    """A copy of ``built``'s home, with MLOPS_HOME pointing at it while it is in use."""
+    original = built.settings.resolved_home
+    home = tmp_path_factory.mktemp("served-home") / "home"
+    shutil.copytree(original, home, symlinks=True, ignore=shutil.ignore_patterns("*-shm"))
+    with _home_in_env(home):
+        yield replace(built, settings=ServingSettings(), onnx_path=home / built.onnx_path.relative_to(original))
 
 
 def sample_body(platform: ServedPlatform) -> dict[str, Any]:

@@ -1,9 +1,9 @@
 """The prediction service over a real registry and feature store: answers, parity, errors, 503.
 
-No mocks: a module fixture builds the embedded platform under a temporary MLOPS_HOME (generate
-transactions, publish and materialize features, train a small model, export it, log, register
-and promote it; about a minute on two cores) and one app serves it for the whole module. Every
-answered request is recorded in the online store, so each test uses its own ids where it matters.
+No mocks: the module's own copy of the embedded platform (tests/serving/served_platform.py: a
+promoted model and a materialized online store under a temporary MLOPS_HOME), and one app serves
+it for the whole module. Every answered request is recorded in the online store, so each test uses
+its own ids where it matters.
 """
 
 from __future__ import annotations
@@ -21,28 +21,18 @@ import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
-from served_platform import ServedPlatform, platform_in_env, sample_body
+from served_platform import ServedPlatform
 
 from feature_repo.online import open_online_features
 from mlops import registry
 from mlops.features import compute_features, empty_history
 from mlops.inference import OnnxModel
-from mlops.prediction_log import log_dir, read_predictions
+from mlops.prediction_log import PredictionInputs, log_dir, read_predictions
 from serving.app import create_app
-from serving.predictor import Gathered, prediction_record
+from serving.predictor import prediction_record
 from serving.settings import ServingSettings
 
 UNKNOWN_CUSTOMER = "C-never-seen"
-
-
-@pytest.fixture(scope="module")
-def platform_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedPlatform]:
-    yield from platform_in_env(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def body(platform_home: ServedPlatform) -> dict[str, Any]:
-    return sample_body(platform_home)
 
 
 @pytest.fixture(scope="module")
@@ -242,13 +232,13 @@ def test_a_probability_equal_to_the_threshold_is_fraud_in_answer_and_log(
     state = client.app.state.service  # type: ignore[attr-defined]
     loaded, predictor = state.manager.require(), state.predictor
     threshold = loaded.model.threshold
-    gathered = Gathered(event_id="T-boundary", moment=datetime.now(UTC), keys={}, inputs={}, features={},
-                        unknown_entities=[], unknown_categories=[])
+    gathered = PredictionInputs(event_id="T-boundary", event_timestamp=datetime.now(UTC), entities={}, inputs={},
+                                features={}, unknown_entities=[], unknown_categories=[])
     below = float(np.nextafter(threshold, 0.0))
     for probability, decision in ((threshold, "fraud"), (below, "legit")):
-        assert predictor.answer(loaded, gathered, probability, "r1")["decision"] == decision
         record = prediction_record(loaded, gathered, probability, request_id="r1", latency_s=None)
         assert record.decision == decision
+        assert predictor.answer(loaded, record)["decision"] == decision
 
 
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])

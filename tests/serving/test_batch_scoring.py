@@ -3,14 +3,13 @@ order, against a real registry, feature store and the running app."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
-from served_platform import ServedPlatform, platform_in_env
+from served_platform import ServedPlatform
 from typer.testing import CliRunner
 
 from mlops.data.generator import generate_transactions
@@ -18,11 +17,6 @@ from mlops_cli.app import app
 from serving.app import create_app
 
 SAMPLE_ROWS = 1000
-
-
-@pytest.fixture(scope="module")
-def platform_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedPlatform]:
-    yield from platform_in_env(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

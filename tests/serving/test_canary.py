@@ -1,7 +1,7 @@
 """A canary in the running service: `mlops model promote V --canary P` sends P % of /predict to V,
 sticky per customer, logged with role=canary; promotion and rollback under load fail no request.
 
-One served platform for the module (about a minute to build), a second registered version of the
+The module's own copy of the served platform, a second registered version of the
 same graph (told apart by the version in each answer), and one service process polling fast.
 Tests run in file order: each leaves production on the first version and no canary running.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import httpx
 import pandas as pd
 import pytest
-from served_platform import ServedPlatform, platform_in_env, sample_body
+from served_platform import ServedPlatform, sample_body
 from service_process import ServiceProcess, start_service
 from typer.testing import CliRunner
 
@@ -44,16 +44,15 @@ class Served:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    for platform in platform_in_env(tmp_path_factory):
-        candidate = registry.register_version(platform.settings, platform.model_uri, platform.run_id,
-                                              {"test": "canary candidate"})
-        env = {"MLOPS_HOME": str(platform.settings.resolved_home), "MLOPS_MODEL_POLL_INTERVAL_S": "0.2"}
-        service = start_service(env, tmp_path_factory.mktemp("logs") / "service.log")
-        try:
-            yield Served(platform, service, candidate)
-        finally:
-            service.stop()
+def served(platform_home: ServedPlatform, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    candidate = registry.register_version(platform_home.settings, platform_home.model_uri, platform_home.run_id,
+                                          {"test": "canary candidate"})
+    env = {"MLOPS_HOME": str(platform_home.settings.resolved_home), "MLOPS_MODEL_POLL_INTERVAL_S": "0.2"}
+    service = start_service(env, tmp_path_factory.mktemp("logs") / "service.log")
+    try:
+        yield Served(platform_home, service, candidate)
+    finally:
+        service.stop()
 
 
 def _mlops(*args: str) -> str:

@@ -25,11 +25,12 @@ from feature_repo.store import publish_features
 from mlops.contract import DataContract
 from mlops.errors import InputError
 from mlops.inference import OnnxModel
+from mlops.prediction_log import PredictionInputs
 from mlops.registry import ServedModel
 from mlops.settings import Settings
 from serving.lifecycle import LoadedModel
 from serving.metrics import ServiceMetrics
-from serving.predictor import Gathered, Predictor, prediction_record
+from serving.predictor import Predictor, prediction_record
 from serving.schemas import build_request_model
 
 THRESHOLD = 0.5  # exact in float32, the graph's output type
@@ -82,7 +83,7 @@ def _request(request_model: type[BaseModel], **fields: Any) -> BaseModel:
     return request_model.model_validate({**merged, "event_timestamp": moment and moment.isoformat()})
 
 
-def _gather(predictor: Predictor, request: BaseModel) -> Gathered:
+def _gather(predictor: Predictor, request: BaseModel) -> PredictionInputs:
     [gathered] = predictor.gather([request], predictor.event_times([request]))
     return gathered
 
@@ -100,9 +101,9 @@ def test_the_decision_is_probability_at_or_above_the_threshold(
     [probability] = predictor.score(loaded, [gathered])
     assert probability == amount
     assert (gathered.unknown_entities, gathered.unknown_categories) == (["customer", "merchant"], [])
-    assert predictor.answer(loaded, gathered, probability, "r1")["decision"] == decision
     record = prediction_record(loaded, gathered, probability, request_id="r1", latency_s=None)
     assert record.decision == decision
+    assert predictor.answer(loaded, record)["decision"] == decision
 
 
 def test_answer_and_log_record_carry_the_request_and_the_model(
@@ -111,8 +112,8 @@ def test_answer_and_log_record_carry_the_request_and_the_model(
     gathered = _gather(predictor, request)
     [probability] = predictor.score(loaded, [gathered])
 
-    answer = predictor.answer(loaded, gathered, probability, "req-9")
     record = prediction_record(loaded, gathered, probability, request_id="req-9", latency_s=0.012, role="challenger")
+    answer = predictor.answer(loaded, record)
 
     tid, cid, mid = request.transaction_id, request.customer_id, request.merchant_id  # type: ignore[attr-defined]
     assert answer == {
@@ -146,7 +147,7 @@ def test_a_known_customer_is_not_flagged_and_its_history_counts(
 
     assert later.unknown_entities == ["merchant"]
     assert later.unknown_categories == ["country"]
-    assert later.keys["customer_id"] == customer
+    assert later.entities["customer_id"] == customer
     assert (later.features["customer_txn_count_1h"], later.features["customer_amount_sum_24h"]) == (1.0, 0.2)
     assert later.features["customer_seconds_since_previous"] == 60.0
     assert later.features["merchant_txn_count_24h"] == 0.0
@@ -216,10 +217,11 @@ def berlin_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 def test_event_time_rules(predictor: Predictor, request_model: type[BaseModel], berlin_clock: None) -> None:
     received = datetime.now(UTC)
-    assert _gather(predictor, _request(request_model, event_timestamp=None)).moment - received < timedelta(minutes=1)
-    assert _gather(predictor, _request(request_model, event_timestamp=None)).moment >= received
+    now = _gather(predictor, _request(request_model, event_timestamp=None)).event_timestamp
+    assert now - received < timedelta(minutes=1)
+    assert _gather(predictor, _request(request_model, event_timestamp=None)).event_timestamp >= received
     paris = WHEN.astimezone(timezone(timedelta(hours=1)))
-    moment = _gather(predictor, _request(request_model, event_timestamp=paris)).moment
+    moment = _gather(predictor, _request(request_model, event_timestamp=paris)).event_timestamp
     assert (moment, moment.utcoffset()) == (WHEN, timedelta(0))
     # The allowed clock skew is inclusive: exactly max_clock_skew ahead of the receipt is accepted.
     at_limit = _request(request_model, event_timestamp=received + SKEW)
@@ -231,4 +233,4 @@ def test_event_time_rules(predictor: Predictor, request_model: type[BaseModel], 
         _gather(predictor, _request(request_model, event_timestamp=datetime(1969, 12, 31, 23, 59, 59, tzinfo=UTC)))
     assert raised.value.field == "event_timestamp"
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
-    assert _gather(predictor, _request(request_model, event_timestamp=epoch)).moment == epoch
+    assert _gather(predictor, _request(request_model, event_timestamp=epoch)).event_timestamp == epoch

@@ -27,7 +27,7 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from served_platform import ServedPlatform, platform_in_env, sample_body
+from served_platform import ServedPlatform, sample_body
 from service_process import ServiceProcess, free_port, start_service
 
 from feature_repo.online import open_online_features
@@ -43,11 +43,6 @@ CONCURRENT = 500
 REDIS_PASSWORD = "test-redis-password"
 TOKEN = "test-admin-token-of-32-characters"
 TRACKING_PASSWORD = "tracking-s3cret-value"
-
-
-@pytest.fixture(scope="module")
-def platform_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedPlatform]:
-    yield from platform_in_env(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """The service as production runs it: its own process, following the registry alias.
 
-One served platform for the module (about a minute to build) and one service process on it. The
+The module's own copy of the served platform and one service process on it. The
 registry is the real SQLite store, reached by the service through a symbolic link, so a test can
 cut it off (the link points nowhere) and restore it. Tests run in file order and leave the
 alias where they found it: production on version 2 once the promotion test has run.
@@ -25,7 +25,7 @@ import onnx
 import pytest
 import tritonclient.http as oip
 from prometheus_client.parser import text_string_to_metric_families
-from served_platform import ServedPlatform, platform_in_env, sample_body
+from served_platform import ServedPlatform
 from service_process import ServiceProcess, free_port, start_service
 
 from mlops import registry
@@ -73,16 +73,6 @@ def _register_broken(platform: ServedPlatform) -> str:
     with mlflow.start_run(experiment_id=experiment_id) as run:
         info = mlflow.onnx.log_model(model, name="model", pip_requirements=["onnxruntime"])
     return registry.register_version(platform.settings, info.model_uri, run.info.run_id, {"test": "broken"})
-
-
-@pytest.fixture(scope="module")
-def platform_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedPlatform]:
-    yield from platform_in_env(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def body(platform_home: ServedPlatform) -> dict[str, Any]:
-    return sample_body(platform_home)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as oip_grpc
 import tritonclient.http as oip_http
-from served_platform import ServedPlatform, platform_in_env, sample_body
+from served_platform import ServedPlatform, sample_body
 from service_process import ServiceProcess, free_port, start_service
 
 from mlops.inference import OnnxModel
@@ -42,15 +42,14 @@ class Served:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    for platform in platform_in_env(tmp_path_factory):
-        grpc_port = free_port()
-        env = {"MLOPS_HOME": str(platform.settings.resolved_home), "MLOPS_GRPC_PORT": str(grpc_port)}
-        service = start_service(env, tmp_path_factory.mktemp("logs") / "service.log")
-        try:
-            yield Served(platform, service, f"127.0.0.1:{grpc_port}")
-        finally:
-            service.stop()
+def served(platform_home: ServedPlatform, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    grpc_port = free_port()
+    env = {"MLOPS_HOME": str(platform_home.settings.resolved_home), "MLOPS_GRPC_PORT": str(grpc_port)}
+    service = start_service(env, tmp_path_factory.mktemp("logs") / "service.log")
+    try:
+        yield Served(platform_home, service, f"127.0.0.1:{grpc_port}")
+    finally:
+        service.stop()
 
 
 @pytest.fixture(scope="module")
