@@ -8,7 +8,7 @@ UV_VERSION := 0.13.9
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint serve compile lock grpc-stubs clean validate-infra infra-rules mutation repro stack stack-down stack-status gates gates-baseline
+.PHONY: setup demo test lint serve compile lock grpc-stubs clean validate-infra infra-rules mutation repro stack stack-down stack-status gates gates-baseline docs
 
 setup: $(STAMP)
 
@@ -37,6 +37,11 @@ test: setup validate-infra
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy platform pipelines serving monitoring feature_repo infra tests
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+# The documentation site (mkdocs.yml, pages under docs/) into site/, offline.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # Mutation testing (mutmut, configured in pyproject.toml): mutants of the decision modules (evaluate,
 # the train step's threshold rule and parameters, the validation suite's plan, ingest and the training
