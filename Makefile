@@ -79,8 +79,8 @@ validate-infra: setup
 	$(PY) -m infra.validate
 	$(PY) -m infra.compose
 
-# CI/CD gates (README "CI/CD gates"): each prints one line, PASS/FAIL/SKIP and why; exit 1 if any failed.
-# `make gates GATES="data repro performance latency image"` runs a selection (without the 12-minute suite);
+# CI/CD gates (docs/gates.md): each prints one line, PASS/FAIL/SKIP and why; exit 1 if any failed.
+# `make gates GATES="data repro performance latency image"` runs a selection (without the test suite);
 # GATES_OPTIONS passes options, e.g. GATES_OPTIONS="--without-docker skip".
 GATES ?= lint tests data repro performance latency image
 GATES_OPTIONS ?=
@@ -104,7 +104,7 @@ repro: setup
 
 # The production-shaped stack on this host (Debian's postgresql, redis-server, prometheus,
 # prometheus-pushgateway): ports from MLOPS_PROFILE=stack unless the environment moves them;
-# state under $$MLOPS_HOME/stack (default .mlops/stack). See README "One host, production-shaped".
+# state under $$MLOPS_HOME/stack (default .mlops/stack). See docs/operations.md, "One host, production-shaped".
 stack: setup
 	MLOPS_PROFILE=$${MLOPS_PROFILE:-stack} $(PY) -m infra.stack up
 

@@ -62,11 +62,11 @@ def cli() -> Any:
 
 
 def command_problem(argv: list[str], root: Any) -> str | None:
-    """What the CLI lacks of ``mlops SUB... --OPTION...``: a subcommand, or an option of the commands on
-    that path; None when all of it exists."""
-    command, options = root, set[str]()
+    """What the CLI lacks of ``mlops SUB... --OPTION...``: a subcommand, or an option of the command the
+    path leads to; None when all of it exists."""
+    command = root
     for word in argv[1:]:
-        options |= {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
+        options = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
         subcommands = getattr(command, "commands", None)
         if word.startswith("-"):
             if word not in options:
@@ -90,13 +90,15 @@ def test_the_extractor_reads_blocks_inline_spans_and_options() -> None:
             "The core, importable as `mlops`, and `mlops.prediction_log.read_predictions(dir)`.\n")
     found = sorted(argv for snippet in code_snippets(page) for argv in shown_commands(snippet))
     assert found == sorted([["mlops", "model", "promote", "--alias"], ["mlops", "labels", "quality", "--window"],
-                            ["mlops", "pipeline", "run", "--last-weeks"], ["mlops"], ["mlops", "drift", "run", "--since", "--start"]])
+                            ["mlops", "pipeline", "run", "--last-weeks"], ["mlops"],
+                            ["mlops", "drift", "run", "--since", "--start"]])
 
 
 @pytest.mark.parametrize(("argv", "missing"), [
     (["mlops", "model", "promot"], "no command 'promot'"),
     (["mlops", "model", "promote", "--force"], "no option --force"),
     (["mlops", "--verbose"], "no option --verbose"),
+    (["mlops", "model", "list", "--version"], "no option --version"),
 ])
 def test_a_command_or_option_the_cli_lacks_is_named(argv: list[str], missing: str) -> None:
     problem = command_problem(argv, cli())
