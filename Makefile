@@ -8,7 +8,7 @@ UV_VERSION := 0.13.9
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint serve compile dvc-yaml lock grpc-stubs clean validate-infra infra-rules mutation repro stack stack-down stack-status gates gates-baseline
+.PHONY: setup demo test lint serve compile dvc-yaml lock grpc-stubs clean validate-infra infra-rules mutation repro stack stack-down stack-status gates gates-baseline docs
 
 setup: $(STAMP)
 
@@ -40,6 +40,11 @@ lint: setup
 	$(VENV)/bin/lint-imports --no-logo
 	$(VENV)/bin/mypy platform pipelines serving monitoring feature_repo infra tests
 	for conftest in tests/*/conftest.py; do $(VENV)/bin/mypy $$conftest || exit 1; done
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+# The documentation site (mkdocs.yml, pages under docs/) into site/, offline.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # Mutation testing (mutmut, configured in pyproject.toml): mutants of the decision modules (evaluate,
 # the train step's threshold rule and parameters, the validation suite's plan, ingest and the training
@@ -77,8 +82,8 @@ validate-infra: setup
 	$(PY) -m infra.validate
 	$(PY) -m infra.compose
 
-# CI/CD gates (README "CI/CD gates"): each prints one line, PASS/FAIL/SKIP and why; exit 1 if any failed.
-# `make gates GATES="data repro performance latency image"` runs a selection (without the 12-minute suite);
+# CI/CD gates (docs/gates.md): each prints one line, PASS/FAIL/SKIP and why; exit 1 if any failed.
+# `make gates GATES="data repro performance latency image"` runs a selection (without the test suite);
 # GATES_OPTIONS passes options, e.g. GATES_OPTIONS="--without-docker skip".
 GATES ?= lint tests data repro performance latency image
 GATES_OPTIONS ?=
@@ -102,7 +107,7 @@ repro: setup
 
 # The production-shaped stack on this host (Debian's postgresql, redis-server, prometheus,
 # prometheus-pushgateway): ports from MLOPS_PROFILE=stack unless the environment moves them;
-# state under $$MLOPS_HOME/stack (default .mlops/stack). See README "One host, production-shaped".
+# state under $$MLOPS_HOME/stack (default .mlops/stack). See docs/operations.md, "One host, production-shaped".
 stack: setup
 	MLOPS_PROFILE=$${MLOPS_PROFILE:-stack} $(PY) -m native_stack up
 

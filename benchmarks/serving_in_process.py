@@ -1,6 +1,6 @@
 """CPU per request through the service's ASGI app in this process (no network, no HTTP server):
 the bare FastAPI echo, the infer route and /predict, with 16 concurrent callers (one batch) and
-with one caller at a time. The figures of README "Serving speed, where the time goes".
+with one caller at a time. Its figures are in docs/performance.md, "Serving".
 
     .venv/bin/python -m benchmarks.serving_in_process [--home .mlops] [--requests 1600]
 

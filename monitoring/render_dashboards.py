@@ -1,5 +1,5 @@
 """Draws each Grafana dashboard as a PNG from a real Prometheus' answers to its panels' queries
-(Grafana itself is not installable everywhere; these pictures go into the README):
+(Grafana itself is not installable everywhere; these pictures go into docs/monitoring.md):
 ``python -m monitoring.render_dashboards --prometheus http://127.0.0.1:9090 --out docs/dashboards``."""
 
 from __future__ import annotations
