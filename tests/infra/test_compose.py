@@ -1,4 +1,4 @@
-"""Issue 11, acceptance 4: docker-compose.yml validates against the Compose schema and names only
+"""docker-compose.yml validates against the Compose schema and names only
 what exists here; each deliberate breakage of a copy is caught for the right reason."""
 
 from __future__ import annotations

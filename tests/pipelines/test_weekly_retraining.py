@@ -1,4 +1,4 @@
-"""Issue 11, item 5: weekly retraining. The ingest step keeps only the training window (real MLflow
+"""Weekly retraining: The ingest step keeps only the training window (real MLflow
 store on SQLite), an empty window stops the run as bad input, `mlops pipeline run` refuses a second
 run while the lock is held, and the single-host schedule runs a command the CLI has."""
 
