@@ -127,5 +127,8 @@ def test_evaluate_reports_calibration_slices_and_behaviour(onnx_model: OnnxModel
     assert report.calibration.ece < 0.1
     assert {s.name for s in report.slices} == {s.name for s in report.production_slices}
     assert any(s.name == "unknown_customer" for s in report.slices)
-    assert report.behaviour is not None
-    assert (tmp_path / "reliability_curve.png").is_file()
+    assert report.behaviour == behavioural_tests(onnx_model, test, contract)  # run on the test split
+    assert (tmp_path / "reliability_curve.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    # The reliability bins beside the picture, as data for `dvc plots`: the report's bins.
+    written = pd.read_csv(tmp_path / "reliability.csv").to_dict("records")
+    assert written == [pytest.approx(b.model_dump()) for b in report.calibration.bins]
