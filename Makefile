@@ -37,6 +37,7 @@ test: setup validate-infra
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy platform pipelines serving monitoring feature_repo infra tests
+	for conftest in tests/*/conftest.py; do $(VENV)/bin/mypy $$conftest || exit 1; done
 
 # Mutation testing (mutmut, configured in pyproject.toml): mutants of the decision modules (evaluate,
 # the train step's threshold rule and parameters, the validation suite's plan, ingest and the training

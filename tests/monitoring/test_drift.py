@@ -16,7 +16,7 @@ from monitoring.drift import CONFIDENT_SHARE, PROBABILITY, TOP_SCORE_SHARE, Drif
 from monitoring.evidently_report import evidently_scores, evidently_snapshot
 
 if TYPE_CHECKING:
-    from monitoring_fixtures import Traffic
+    from served_traffic import Traffic
 
 AMOUNT_FEATURES = {"amount", "customer_amount_mean_7d", "customer_amount_max_24h", "customer_amount_sum_24h",
                    "merchant_amount_mean_7d"}

@@ -31,7 +31,7 @@ from monitoring.job import run_drift, running_retrainings
 from monitoring.window import WindowSpec
 
 if TYPE_CHECKING:
-    from monitoring_fixtures import LogWriter, Registrar, Traffic
+    from served_traffic import LogWriter, Registrar, Traffic
 
 TOKEN = "s3cret-admin-token"
 runner = CliRunner()

@@ -9,13 +9,12 @@ import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import mlflow
 import pandas as pd
 import pytest
-from mlflow_stores import copy_mlflow_template
 from typer.testing import CliRunner
 
 from infra.compose import command_problem
@@ -35,8 +34,8 @@ runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path) -> Iterator[Path]:
-    path = copy_mlflow_template(mlflow_template, tmp_path_factory.mktemp("retraining-home"))
+def home(tmp_path_factory: pytest.TempPathFactory, new_mlflow_home: Callable[[Path], Path]) -> Iterator[Path]:
+    path = new_mlflow_home(tmp_path_factory.mktemp("retraining-home"))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MLOPS_HOME", str(path))
         yield path
