@@ -8,10 +8,9 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
-import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
@@ -29,14 +28,12 @@ RUN_LINE = re.compile(r"run ([0-9a-f]{32}):")
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory, new_mlflow_home: Callable[[Path], Path]) -> Iterator[Path]:
-    path = new_mlflow_home(tmp_path_factory.mktemp("train-cli-home"))
+def home(home: Path) -> Iterator[Path]:
+    """The module's MLflow home, with the small training settings of ENV."""
     with pytest.MonkeyPatch.context() as patch:
-        for key, value in {**ENV, "MLOPS_HOME": str(path)}.items():
+        for key, value in ENV.items():
             patch.setenv(key, value)
-        yield path
-    mlflow.set_tracking_uri(None)  # type: ignore[arg-type]  # None = unset, the environment decides again
-    mlflow.set_registry_uri(None)  # type: ignore[arg-type]
+        yield home
 
 
 @pytest.fixture(scope="module")

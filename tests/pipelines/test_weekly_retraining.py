@@ -9,10 +9,8 @@ import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import mlflow
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
@@ -31,16 +29,6 @@ from pipelines.tasks import ingest_task
 
 SYSTEMD_DIR = REPO_ROOT / "infra" / "systemd"
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory, new_mlflow_home: Callable[[Path], Path]) -> Iterator[Path]:
-    path = new_mlflow_home(tmp_path_factory.mktemp("retraining-home"))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MLOPS_HOME", str(path))
-        yield path
-    mlflow.set_tracking_uri(None)  # type: ignore[arg-type]  # None = unset, the environment decides again
-    mlflow.set_registry_uri(None)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
