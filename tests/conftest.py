@@ -21,12 +21,19 @@ from mlops.settings import BUNDLED_CONTRACT
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """On a pytest-xdist worker (`make test`: --dist loadscope --no-loadscope-reorder, each module on
-    one worker, handed out in collection order): modules with end-to-end tests (minutes each) go
-    first, after pytest-randomly's shuffle, so the workers do not end with one long module alone."""
+    one worker, handed out in collection order): the long modules (end-to-end tests, or a declared
+    timeout: minutes each) go first, the longest declared timeout first, after pytest-randomly's
+    shuffle, so the workers do not end with one long module alone."""
     if not hasattr(config, "workerinput"):
         return
-    e2e_modules = {item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("e2e")}
-    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in e2e_modules)  # stable: keeps the shuffle
+    longest: dict[str, float] = {}
+    for item in items:
+        timeout = item.get_closest_marker("timeout")
+        declared = float(timeout.args[0]) if timeout is not None and timeout.args else 0.0
+        long = declared or (1.0 if item.get_closest_marker("e2e") else 0.0)
+        module = item.nodeid.split("::", 1)[0]
+        longest[module] = max(longest.get(module, 0.0), long)
+    items.sort(key=lambda item: -longest[item.nodeid.split("::", 1)[0]])  # stable: keeps the shuffle otherwise
 
 
 @pytest.fixture(scope="session")
