@@ -83,7 +83,7 @@ def test_slices_cover_categories_and_unknown_entities(splits: Splits, contract: 
     assert all(mask.any() for mask in masks.values())  # an empty slice has no metrics to compare
 
 
-def test_slice_metrics_and_regressions() -> None:
+def test_a_slice_regresses_when_its_f1_drops_beyond_the_tolerance() -> None:
     labels = np.array([1, 0, 1, 0, 1, 0])
     proba = np.array([0.9, 0.1, 0.2, 0.8, 0.7, 0.3])
     masks = {"a": np.array([True, True, False, False, False, False]),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 import mlflow
@@ -80,7 +81,7 @@ def test_params_come_from_settings() -> None:
         TrainParams.model_validate({"seed": 1, "epochs": 3})
 
 
-def test_history_early_stopping_and_callback(trained: Trained, splits: Splits) -> None:
+def test_training_keeps_the_best_epoch_and_stops_patience_epochs_after_it(trained: Trained, splits: Splits) -> None:
     result, seen = trained.result, trained.seen
     assert result.rows_per_epoch == len(splits[0])  # no downsampling by default
     assert seen == result.history
@@ -200,7 +201,7 @@ def test_log_training_records_inputs_and_model(
     assert params_from_run(run.data.params) == PARAMS  # the architecture and optimiser settings round-trip
     assert run.data.params["train_sha256"] == "t1"
     assert run.data.params["training_fingerprint"] == "f" * 64
-    assert run.data.params["version_torch"]
+    assert run.data.params["version_torch"] == metadata.version("torch")  # the installed torch, not a guess
     assert run.data.params["deterministic_algorithms"] == "true"
     assert run.data.params["stop_reason"] == result.stop_reason
     assert run.data.params["train.negative_sample_rate"] == "1.0"
