@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from monitoring_fixtures import score, served_features
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "monitoring"))
+from served_traffic import score, served_features
 
 from mlops.contract import DataContract, load_contract
 from mlops.data.generator import Scenario, generate_transactions

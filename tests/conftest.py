@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import atexit
-import copy
 import gc
+import sqlite3
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import pytest
@@ -18,21 +18,22 @@ from mlops.data.generator import generate_transactions
 from mlops.feature_replay import replay_features
 from mlops.settings import BUNDLED_CONTRACT
 
-if TYPE_CHECKING:
-    from infra.schemas import SchemaValidator
-
-# Traffic, reference profiles and registered versions for the monitoring tests; migrated MLflow stores.
-pytest_plugins = ["mlflow_stores", "monitoring_fixtures", "spark_fixtures"]
-
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """On a pytest-xdist worker (`make test`: --dist loadscope --no-loadscope-reorder, each module on
-    one worker, handed out in collection order): modules with end-to-end tests (minutes each) go
-    first, after pytest-randomly's shuffle, so the workers do not end with one long module alone."""
+    one worker, handed out in collection order): the long modules (end-to-end tests, or a declared
+    timeout: minutes each) go first, the longest declared timeout first, after pytest-randomly's
+    shuffle, so the workers do not end with one long module alone."""
     if not hasattr(config, "workerinput"):
         return
-    e2e_modules = {item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("e2e")}
-    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in e2e_modules)  # stable: keeps the shuffle
+    longest: dict[str, float] = {}
+    for item in items:
+        timeout = item.get_closest_marker("timeout")
+        declared = float(timeout.args[0]) if timeout is not None and timeout.args else 0.0
+        long = declared or (1.0 if item.get_closest_marker("e2e") else 0.0)
+        module = item.nodeid.split("::", 1)[0]
+        longest[module] = max(longest.get(module, 0.0), long)
+    items.sort(key=lambda item: -longest[item.nodeid.split("::", 1)[0]])  # stable: keeps the shuffle otherwise
 
 
 @pytest.fixture(scope="session")
@@ -74,6 +75,54 @@ def data_dir(splits: Splits, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_splits(splits, tmp_path_factory.mktemp("splits"))
 
 
+# --- MLflow: one migrated SQLite store per session, copied wherever a test needs a fresh one ---
+
+@pytest.fixture(scope="session")
+def mlflow_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty MLflow SQLite store with every migration applied.
+
+    A new store runs MLflow's alembic migrations (about 4 s here); a copy of this file opens in a
+    fraction of a second. The Default experiment is removed, so each copy's first store creates
+    its own with that store's artifact root, exactly as a brand-new database would.
+    """
+    from mlflow.tracking import MlflowClient
+
+    db = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    MlflowClient(f"sqlite:///{db}").search_experiments()
+    with sqlite3.connect(db) as connection:
+        connection.execute("DELETE FROM experiments WHERE experiment_id = 0")
+    connection.close()
+    return db
+
+
+# The migrated empty store's bytes, kept for the process: `make mutation` runs pytest once per
+# mutant in processes forked from one that already ran the registry tests, so none migrates again.
+_MIGRATED_STORE: list[bytes] = []
+
+
+def _migrated_store(request: pytest.FixtureRequest) -> bytes:
+    if not _MIGRATED_STORE:
+        _MIGRATED_STORE.append(request.getfixturevalue("mlflow_template").read_bytes())
+    return _MIGRATED_STORE[0]
+
+
+def _fresh_home(home: Path, store: bytes) -> Path:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "mlflow.db").write_bytes(store)
+    return home
+
+
+@pytest.fixture(scope="session")
+def new_mlflow_home(request: pytest.FixtureRequest) -> Callable[[Path], Path]:
+    """``home`` -> ``home`` holding a fresh migrated store (mlflow.db), where Settings(home=...) looks."""
+    store = _migrated_store(request)
+    return lambda home: _fresh_home(home, store)
+
+
+@pytest.fixture
+def mlflow_home(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
+    """tmp_path/home with an empty, migrated MLflow store (mlflow.db)."""
+    return _fresh_home(tmp_path / "home", _migrated_store(request))
 
 
 def _close_metric_files() -> None:
@@ -91,26 +140,3 @@ def _close_metric_files() -> None:
 
 
 atexit.register(_close_metric_files)
-
-
-# --- infra/: the kustomize overlays built once per session (kubectl kustomize, offline) ---
-
-@pytest.fixture(scope="session")
-def built() -> dict[str, list[dict[str, Any]]]:
-    from infra.manifests import OVERLAYS, build_overlay
-
-    return {name: build_overlay(name) for name in OVERLAYS}
-
-
-@pytest.fixture
-def prod(built: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """A private copy of the prod overlay's objects, free to mutate."""
-    return copy.deepcopy(built["prod"])
-
-
-@pytest.fixture(scope="session")
-def validator() -> SchemaValidator:
-    from infra.manifests import DEFAULT_CRD_DIR
-    from infra.schemas import SchemaValidator
-
-    return SchemaValidator(DEFAULT_CRD_DIR)

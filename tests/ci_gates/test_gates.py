@@ -1,4 +1,4 @@
-"""Acceptance 3 of issue 11: each model gate fails for the right reason and passes otherwise, on one
+"""Each model gate fails for the right reason and passes otherwise, on one
 real home (MLflow on SQLite, snapshots, Feast, a served model): invalid data fails the data gate,
 training with another seed fails reproducibility, a model trained on shuffled labels fails
 performance, an injected slow-down of the real service fails latency."""

@@ -15,9 +15,7 @@ from mlops_cli.app import app
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MLOPS_HOME", str(tmp_path / "home"))
+pytestmark = pytest.mark.usefixtures("cli_home")
 
 
 def test_generate_writes_parquet_and_csv(tmp_path: Path) -> None:

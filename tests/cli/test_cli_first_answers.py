@@ -49,9 +49,7 @@ print(json.dumps({"codes": answers, "heavy": heavy}))
 """
 
 
-@pytest.fixture(autouse=True)
-def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MLOPS_HOME", str(tmp_path / "home"))
+pytestmark = pytest.mark.usefixtures("cli_home")
 
 
 def test_mistakes_are_refused_before_settings_data_or_ml_libraries_load(tmp_path: Path) -> None:

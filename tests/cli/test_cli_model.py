@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from onnx import TensorProto, helper
 from typer.testing import CliRunner
@@ -13,13 +11,6 @@ from mlops.settings import Settings
 from mlops_cli.app import app
 
 runner = CliRunner()
-
-
-@pytest.fixture
-def settings(mlflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.setenv("MLOPS_HOME", str(mlflow_home))
-    return Settings()
 
 
 def _two_versions(settings: Settings) -> tuple[str, str]:

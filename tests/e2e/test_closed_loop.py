@@ -4,9 +4,6 @@ fallback version within one poll interval, a retraining run on the drifted windo
 candidate, it is promoted only if it beats the base rate and production beyond noise, the service follows; a
 second CRITICAL inside the cool-down does nothing more. A real Prometheus scrapes the service and
 the drift job's Pushgateway throughout, and every serving and drift dashboard panel returns data.
-
-Needs the service's admin routes (POST /admin/fallback, /admin/production) and alias polling from
-the prediction-service issue; skipped until serving.app has them.
 """
 
 from __future__ import annotations
@@ -41,16 +38,7 @@ from pipelines.orchestration.runner import run_pipeline
 from pipelines.steps.preprocess import time_split
 
 
-def _service_has_admin_routes() -> bool:
-    from serving.app import create_app
-    from serving.settings import ServingSettings
-
-    return "/admin/fallback" in create_app(ServingSettings()).openapi()["paths"]
-
-
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200),
-              pytest.mark.skipif(not _service_has_admin_routes(),
-                                 reason="the service has no /admin/fallback route yet (prediction-service issue)"),
               pytest.mark.skipif(not all(BINARIES.values()), reason=MISSING_REASON)]
 T = TypeVar("T")
 ROWS = 6000

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,7 @@ class Platform:
     source: Path
     first: PipelineOutcome
     first_steps: list[StepReport]
+    first_wall_s: float  # the wall time of the first run_pipeline call
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class FirstRun:
     data: pd.DataFrame
     first: PipelineOutcome
     first_steps: list[StepReport]
+    first_wall_s: float
 
 
 # MLflow's db and Feast's registry hold absolute paths under home, so each copy is restored to the
@@ -82,10 +85,12 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> FirstRun:
         source.parent.mkdir(parents=True)
         data.to_parquet(source, index=False)
         steps: list[StepReport] = []
+        started = time.monotonic()
         first = run_pipeline(str(source), settings, run_name="first", on_step=steps.append)
+        wall_s = time.monotonic() - started
     template = root / "template"
     shutil.copytree(home, template)
-    return FirstRun(home, template, data, first, steps)
+    return FirstRun(home, template, data, first, steps, wall_s)
 
 
 @pytest.fixture
@@ -98,7 +103,8 @@ def platform(first_run: FirstRun) -> Iterator[Platform]:
             patch.setenv(key, value)
         settings = Settings()
         yield Platform(settings, load_contract(settings.contract_path), first_run.data,
-                       first_run.home / "raw" / "transactions.parquet", first_run.first, first_run.first_steps)
+                       first_run.home / "raw" / "transactions.parquet", first_run.first, first_run.first_steps,
+                       first_run.first_wall_s)
 
 
 def _run_metrics(settings: Settings, run_id: str) -> dict[str, float]:
@@ -123,6 +129,8 @@ def test_first_run_reports_each_step_and_keeps_its_logs_in_a_file(platform: Plat
     steps = platform.first_steps
     assert [s.step for s in steps] == ["ingest", "validate", "preprocess", "train", "export", "evaluate", "deploy"]
     assert all(s.succeeded and s.seconds > 0 and s.figure for s in steps), [s.line for s in steps]
+    # Each step is timed from its own start to its end: one after another, within the run's wall time.
+    assert sum(s.seconds for s in steps) <= platform.first_wall_s
     assert steps[0].figure.startswith(f"{ROWS:,} rows, sha256 ")
     assert steps[4].figure.startswith("ONNX parity vs torch")
     assert steps[5].figure.endswith("-> promote")

@@ -1,4 +1,4 @@
-"""Issue 11, acceptance 4: docker-compose.yml validates against the Compose schema and names only
+"""docker-compose.yml validates against the Compose schema and names only
 what exists here; each deliberate breakage of a copy is caught for the right reason."""
 
 from __future__ import annotations
@@ -98,7 +98,9 @@ def test_a_variable_missing_from_env_example_is_named(repo_copy: Path) -> None:
     assert check(repo_copy / "docker-compose.yml") == ["variable REDIS_PASSWORD is not listed in .env.example"]
 
 
-def test_cli_exit_codes(repo_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_check_exits_0_when_valid_1_when_invalid_2_when_missing(
+    repo_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     compose = repo_copy / "docker-compose.yml"
     assert main([str(compose)]) == 0
     _edit(compose, lambda d: d["services"]["redis"].update(helthcheck={}))

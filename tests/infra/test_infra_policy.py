@@ -1,4 +1,4 @@
-"""Acceptance 2: the platform policies hold on every overlay, and each one catches the mistake it
+"""The platform policies hold on every overlay, and each one catches the mistake it
 exists for (one deliberate change to the prod overlay per case)."""
 
 from __future__ import annotations

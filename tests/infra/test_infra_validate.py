@@ -1,4 +1,4 @@
-"""Acceptance 1: every overlay builds and every object validates against the Kubernetes or CRD
+"""Every overlay builds and every object validates against the Kubernetes or CRD
 schemas; a broken manifest, an unknown kind, a failing build and a missing kubectl all fail."""
 
 from __future__ import annotations

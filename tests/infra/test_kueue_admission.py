@@ -1,4 +1,4 @@
-"""Acceptance 4: on the ClusterQueues the prod overlay ships, a 2-node gang job is admitted whole
+"""On the ClusterQueues the prod overlay ships, a 2-node gang job is admitted whole
 or not at all, and a team under its nominal share takes back GPUs others borrowed (Kueue admission
 model in infra/kueue_sim.py; quota only, not node placement)."""
 

@@ -16,7 +16,7 @@ from monitoring.drift import CONFIDENT_SHARE, PROBABILITY, TOP_SCORE_SHARE, Drif
 from monitoring.evidently_report import evidently_scores, evidently_snapshot
 
 if TYPE_CHECKING:
-    from monitoring_fixtures import Traffic
+    from served_traffic import Traffic
 
 AMOUNT_FEATURES = {"amount", "customer_amount_mean_7d", "customer_amount_max_24h", "customer_amount_sum_24h",
                    "merchant_amount_mean_7d"}
@@ -100,7 +100,10 @@ def test_periodic_inputs_are_judged_only_over_whole_periods(reference: Reference
         assert report.feature(name).level == "INFO"
     hour = report.feature("hour_of_day_cos")
     assert 0 < hour.rows <= len(two_days)
-    assert hour.psi is not None
+    # A daily input over two whole days is judged: its PSI against the reference's bins.
+    hour_profile = reference.numeric["hour_of_day_cos"]
+    assert hour.psi == pytest.approx(stats.psi_binned(hour_profile.edges, hour_profile.bin_counts,
+                                                      two_days["hour_of_day_cos"].dropna().to_numpy(dtype="float64")))
     assert report.level == "INFO", [(f.feature, f.score, f.note) for f in report.flagged()]
     # Unjudged, the same two days' weekdays are far from the month's: what used to raise CRITICAL.
     week = stats.psi_binned(reference.numeric["day_of_week_cos"].edges,

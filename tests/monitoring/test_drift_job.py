@@ -32,7 +32,7 @@ from monitoring.settings import MonitoringSettings
 from monitoring.window import WindowSpec
 
 if TYPE_CHECKING:
-    from monitoring_fixtures import LogWriter, Registrar, Traffic
+    from served_traffic import LogWriter, Registrar, Traffic
 
 TOKEN = "s3cret-admin-token"
 runner = CliRunner()

@@ -21,7 +21,7 @@ from monitoring.quality_job import run_quality
 from monitoring.window import WindowSpec, read_window
 
 if TYPE_CHECKING:
-    from monitoring_fixtures import LogWriter, Traffic
+    from served_traffic import LogWriter, Traffic
 
 runner = CliRunner()
 

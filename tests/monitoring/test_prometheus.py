@@ -31,7 +31,7 @@ from monitoring.settings import MonitoringSettings
 from monitoring.window import WindowSpec
 
 if TYPE_CHECKING:
-    from monitoring_fixtures import LogWriter, Registrar, Traffic
+    from served_traffic import LogWriter, Registrar, Traffic
 
 pytestmark = pytest.mark.skipif(not all(BINARIES.values()), reason=MISSING_REASON)
 # Panels whose metrics come from a service these tests do not start (the prediction service is

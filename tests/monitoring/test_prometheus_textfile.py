@@ -22,7 +22,7 @@ from monitoring.settings import MonitoringSettings
 from monitoring.window import WindowSpec
 
 if TYPE_CHECKING:
-    from monitoring_fixtures import LogWriter, Registrar, Traffic
+    from served_traffic import LogWriter, Registrar, Traffic
 
 NODE_EXPORTER = shutil.which("prometheus-node-exporter")
 pytestmark = pytest.mark.skipif(not (all(BINARIES.values()) and NODE_EXPORTER),

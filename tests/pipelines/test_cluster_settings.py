@@ -1,4 +1,4 @@
-"""Acceptance 3: the compiled pipeline's train task carries the accelerator type and count, the GPU
+"""The compiled pipeline's train task carries the accelerator type and count, the GPU
 toleration, the GPU product node selector and the Kueue queue label, and they name things the
 infra manifests define (the LocalQueue of the fraud team, a GPU flavor's product label)."""
 

@@ -1,4 +1,4 @@
-"""Issue 11, item 3: the pipeline as DVC stages. dvc.yaml names commands, options, files and params
+"""The pipeline as DVC stages: dvc.yaml names commands, options, files and params
 that exist; `dvc repro` in a copy of the project runs every stage on small data, a second repro
 runs nothing, and a changed parameter reruns only the stages that list it (real DVC, real MLflow
 on SQLite, real Feast and Great Expectations, through the venv's `dvc` and `mlops`)."""

@@ -108,7 +108,7 @@ def test_promotion_tags_without_production_model() -> None:
     assert tags["candidate_recall"] == f"{2 / 3:.6f}"
 
 
-def test_rejected_report_tags() -> None:
+def test_a_rejection_is_tagged_with_its_reason_and_both_f1s() -> None:
     candidate = _metrics(0.4)
     production = _metrics(0.6)
     reason = "F1 gain over production -0.2000, 95% paired-bootstrap interval [-0.2600, -0.1400]"

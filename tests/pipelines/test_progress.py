@@ -6,6 +6,7 @@ No ``from __future__ import annotations``: KFP reads the component's real parame
 import io
 import logging
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,18 +17,20 @@ from pipelines.orchestration.progress import RunOutput, StepReport, captured_run
 GREEN, CYAN, RESET = "\x1b[92m", "\x1b[96m", "\x1b[0m"
 
 
-def test_run_output_times_steps_and_strips_colours(tmp_path: Path) -> None:
+def test_run_output_times_steps_and_strips_colours(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     steps: list[StepReport] = []
     echo = io.StringIO()
+    clock = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])  # the clock RunOutput times steps by
     with (tmp_path / "run.log").open("w") as log_file:
         output = RunOutput(log_file, echo, steps.append)
         output.write(f"12:00:00.000 - INFO - Executing task {CYAN}'ingest'{RESET}\n    step line one\n    step ")
+        clock[0] = 114.25  # a step is timed from its start line to its end line
         output.write(f"line two\n12:00:01.000 - INFO - Task {CYAN}'ingest'{RESET} finished with status "
                      f"{GREEN}SUCCESS{RESET}\n")
         output.write("Executing task 'validate'\nTask 'validate' finished with status FAILURE\nno newline")
         output.finish()
-    assert [(s.step, s.succeeded) for s in steps] == [("ingest", True), ("validate", False)]
-    assert all(s.seconds >= 0 for s in steps)
+    assert [(s.step, s.succeeded, s.seconds) for s in steps] == [("ingest", True, 14.25), ("validate", False, 0.0)]
     logged = (tmp_path / "run.log").read_text()
     assert "\x1b" not in logged
     assert "    step line two\n" in logged

@@ -83,7 +83,7 @@ def test_slices_cover_categories_and_unknown_entities(splits: Splits, contract: 
     assert all(mask.any() for mask in masks.values())  # an empty slice has no metrics to compare
 
 
-def test_slice_metrics_and_regressions() -> None:
+def test_a_slice_regresses_when_its_f1_drops_beyond_the_tolerance() -> None:
     labels = np.array([1, 0, 1, 0, 1, 0])
     proba = np.array([0.9, 0.1, 0.2, 0.8, 0.7, 0.3])
     masks = {"a": np.array([True, True, False, False, False, False]),
@@ -127,5 +127,8 @@ def test_evaluate_reports_calibration_slices_and_behaviour(onnx_model: OnnxModel
     assert report.calibration.ece < 0.1
     assert {s.name for s in report.slices} == {s.name for s in report.production_slices}
     assert any(s.name == "unknown_customer" for s in report.slices)
-    assert report.behaviour is not None
-    assert (tmp_path / "reliability_curve.png").is_file()
+    assert report.behaviour == behavioural_tests(onnx_model, test, contract)  # run on the test split
+    assert (tmp_path / "reliability_curve.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    # The reliability bins beside the picture, as data for `dvc plots`: the report's bins.
+    written = pd.read_csv(tmp_path / "reliability.csv").to_dict("records")
+    assert written == [pytest.approx(b.model_dump()) for b in report.calibration.bins]

@@ -1,4 +1,4 @@
-"""Issue 11, item 5: weekly retraining. The ingest step keeps only the training window (real MLflow
+"""Weekly retraining: The ingest step keeps only the training window (real MLflow
 store on SQLite), an empty window stops the run as bad input, `mlops pipeline run` refuses a second
 run while the lock is held, and the single-host schedule runs a command the CLI has."""
 
@@ -9,13 +9,10 @@ import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import mlflow
 import pandas as pd
 import pytest
-from mlflow_stores import copy_mlflow_template
 from typer.testing import CliRunner
 
 from infra.compose import command_problem
@@ -33,16 +30,6 @@ from pipelines.orchestration.tasks import ingest_task
 
 SYSTEMD_DIR = REPO_ROOT / "infra" / "systemd"
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path) -> Iterator[Path]:
-    path = copy_mlflow_template(mlflow_template, tmp_path_factory.mktemp("retraining-home"))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MLOPS_HOME", str(path))
-        yield path
-    mlflow.set_tracking_uri(None)  # type: ignore[arg-type]  # None = unset, the environment decides again
-    mlflow.set_registry_uri(None)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")

@@ -69,7 +69,7 @@ def test_log1p_mask_marks_amount_and_amount_features(contract: DataContract) -> 
     assert len(contract.log1p_mask) == len(contract.numeric_inputs)
 
 
-def test_request_fields(contract: DataContract) -> None:
+def test_request_fields_are_the_raw_inputs_without_the_label(contract: DataContract) -> None:
     assert contract.request_fields == [
         "transaction_id",
         "customer_id",

@@ -58,7 +58,7 @@ def test_fraud_rate_close_to_requested(rate: float) -> None:
     assert abs(frame["is_fraud"].mean() - rate) < 0.001
 
 
-def test_values_satisfy_contract(base: pd.DataFrame, contract: DataContract) -> None:
+def test_generated_values_satisfy_the_contract(base: pd.DataFrame, contract: DataContract) -> None:
     assert list(base.columns) == [c.name for c in contract.columns]
     assert len(base) == N
     for column in contract.columns:
@@ -86,7 +86,7 @@ def test_timestamps_span_requested_days() -> None:
     assert frame["event_timestamp"].max() - frame["event_timestamp"].min() > pd.Timedelta(days=9)
 
 
-def test_fraud_signal_exists(base: pd.DataFrame) -> None:
+def test_frauds_are_larger_more_online_and_from_riskier_countries(base: pd.DataFrame) -> None:
     fraud = base[base["is_fraud"] == 1]
     legit = base[base["is_fraud"] == 0]
     assert fraud["amount"].median() > 2.5 * legit["amount"].median()

@@ -37,15 +37,17 @@ def _sha(path: Path) -> str:
 def _assert_snapshot(snapshot: Snapshot, source: Path, snapshots: Path, rows: int) -> None:
     assert snapshot.sha256 == _sha(source)
     assert snapshot.path == snapshots / snapshot.sha256 / "data.parquet"
-    assert snapshot.path.is_file()
     assert snapshot.rows == rows
+    assert len(pd.read_parquet(snapshot.path)) == rows  # the snapshot file holds every row
     meta = json.loads(snapshot.meta_path.read_text())
     assert meta["sha256"] == snapshot.sha256
     assert meta["rows"] == rows
     assert meta["path"] == str(snapshot.path)
 
 
-def test_csv_source(tmp_path: Path, frame: pd.DataFrame, contract: DataContract) -> None:
+def test_a_csv_source_becomes_a_parquet_snapshot_named_by_its_hash(
+    tmp_path: Path, frame: pd.DataFrame, contract: DataContract
+) -> None:
     source = tmp_path / "tx.csv"
     frame.to_csv(source, index=False)
     snapshots = tmp_path / "snapshots"
@@ -59,7 +61,7 @@ def test_csv_source(tmp_path: Path, frame: pd.DataFrame, contract: DataContract)
     pd.testing.assert_series_equal(stored["transaction_id"], frame["transaction_id"])
 
 
-def test_parquet_source(tmp_path: Path, frame: pd.DataFrame, contract: DataContract) -> None:
+def test_a_parquet_source_is_snapshotted_unchanged(tmp_path: Path, frame: pd.DataFrame, contract: DataContract) -> None:
     source = tmp_path / "tx.parquet"
     frame.to_parquet(source, index=False)
     snapshots = tmp_path / "snapshots"
@@ -68,7 +70,9 @@ def test_parquet_source(tmp_path: Path, frame: pd.DataFrame, contract: DataContr
     pd.testing.assert_frame_equal(pd.read_parquet(snapshot.path), frame, check_dtype=False)
 
 
-def test_gzipped_csv_source(tmp_path: Path, frame: pd.DataFrame, contract: DataContract) -> None:
+def test_a_gzipped_csv_is_read_and_hashed_as_stored(
+    tmp_path: Path, frame: pd.DataFrame, contract: DataContract
+) -> None:
     source = tmp_path / "tx.csv.gz"
     source.write_bytes(gzip.compress(frame.to_csv(index=False).encode()))
     snapshot = ingest(str(source), tmp_path / "snapshots", contract)
@@ -119,7 +123,7 @@ def test_different_bytes_give_a_different_snapshot(tmp_path: Path, frame: pd.Dat
     assert second.rows == first.rows - 1
 
 
-def test_file_url_source(tmp_path: Path, frame: pd.DataFrame, contract: DataContract) -> None:
+def test_a_file_url_is_read_like_a_path(tmp_path: Path, frame: pd.DataFrame, contract: DataContract) -> None:
     source = tmp_path / "tx.parquet"
     frame.to_parquet(source, index=False)
     snapshot = ingest(source.as_uri(), tmp_path / "snapshots", contract)
@@ -215,8 +219,9 @@ def http_root(tmp_path: Path) -> Iterator[tuple[Path, str]]:
         server.server_close()
 
 
-def test_http_url_source(http_root: tuple[Path, str], tmp_path: Path, frame: pd.DataFrame,
-                         contract: DataContract) -> None:
+def test_an_http_source_is_fetched_and_a_missing_one_is_not_found(
+    http_root: tuple[Path, str], tmp_path: Path, frame: pd.DataFrame, contract: DataContract
+) -> None:
     root, base_url = http_root
     frame.to_parquet(root / "tx.parquet", index=False)
     snapshot = ingest(f"{base_url}/tx.parquet", tmp_path / "snapshots", contract)

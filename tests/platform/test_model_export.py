@@ -130,7 +130,7 @@ def test_unknown_category_scores_as_unknown(
     np.testing.assert_allclose(scores, expected, atol=1e-6, equal_nan=False)
 
 
-def test_metadata_round_trips(onnx_path: Path, contract: DataContract) -> None:
+def test_onnx_metadata_carries_threshold_contract_commit_and_inputs(onnx_path: Path, contract: DataContract) -> None:
     scorer = OnnxModel(onnx_path)
     assert scorer.threshold == THRESHOLD
     assert scorer.metadata["contract"] == contract.name

@@ -25,27 +25,6 @@ def _identity_model() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
 
 
-# The migrated empty store's bytes, kept for the process: `make mutation` runs pytest once per
-# mutant in processes forked from one that already ran these tests, so none of them migrates again.
-_MIGRATED_STORE: list[bytes] = []
-
-
-@pytest.fixture
-def mlflow_home(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
-    if not _MIGRATED_STORE:
-        _MIGRATED_STORE.append(request.getfixturevalue("mlflow_template").read_bytes())
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "mlflow.db").write_bytes(_MIGRATED_STORE[0])
-    return home
-
-
-@pytest.fixture
-def settings(mlflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    return Settings(home=mlflow_home)
-
-
 def _logged_model(settings: Settings) -> tuple[str, str]:
     import mlflow.onnx
 

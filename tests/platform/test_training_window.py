@@ -1,4 +1,4 @@
-"""Issue 11, item 5: the training window a run trains on, and the lock that keeps runs one at a time."""
+"""The training window a run trains on, and the lock that keeps runs one at a time."""
 
 from __future__ import annotations
 

@@ -59,13 +59,6 @@ def test_a_version_that_is_not_a_positive_integer_is_refused(tmp_path: Path) -> 
         write_repository(tmp_path / "model.onnx", tmp_path / "repo", "fraud-detector", "0")
 
 
-@pytest.fixture
-def settings(mlflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.setenv("MLOPS_HOME", str(mlflow_home))
-    return Settings()
-
-
 def test_the_cli_exports_the_serving_version_from_the_registry(settings: Settings, tmp_path: Path) -> None:
     import mlflow.onnx
 

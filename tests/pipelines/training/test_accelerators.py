@@ -31,13 +31,13 @@ def _compiled_train_resources(tmp_path: Path, gpus: int, mig_profile: str | None
     return resources
 
 
-def test_whole_gpus(tmp_path: Path) -> None:
+def test_whole_gpus_are_requested_as_nvidia_gpus(tmp_path: Path) -> None:
     resources = _compiled_train_resources(tmp_path, 4, None)
     assert resources["accelerator"]["resourceType"] == "nvidia.com/gpu"
     assert resources["accelerator"]["resourceCount"] == "4"
 
 
-def test_mig_slice(tmp_path: Path) -> None:
+def test_a_mig_slice_is_requested_as_its_mig_resource(tmp_path: Path) -> None:
     resources = _compiled_train_resources(tmp_path, 1, "1g.10gb")
     assert resources["accelerator"]["resourceType"] == "nvidia.com/mig-1g.10gb"
     assert resources["accelerator"]["resourceCount"] == "1"

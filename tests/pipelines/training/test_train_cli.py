@@ -3,6 +3,7 @@ MLflow store on SQLite; on the same splits and settings it writes the pipeline's
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -10,10 +11,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
-from mlflow_stores import copy_mlflow_template
 from typer.testing import CliRunner
 
 from mlops import registry
@@ -30,14 +29,12 @@ RUN_LINE = re.compile(r"run ([0-9a-f]{32}):")
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path) -> Iterator[Path]:
-    path = copy_mlflow_template(mlflow_template, tmp_path_factory.mktemp("train-cli-home"))
+def home(home: Path) -> Iterator[Path]:
+    """The module's MLflow home, with the small training settings of ENV."""
     with pytest.MonkeyPatch.context() as patch:
-        for key, value in {**ENV, "MLOPS_HOME": str(path)}.items():
+        for key, value in ENV.items():
             patch.setenv(key, value)
-        yield path
-    mlflow.set_tracking_uri(None)  # type: ignore[arg-type]  # None = unset, the environment decides again
-    mlflow.set_registry_uri(None)  # type: ignore[arg-type]
+        yield home
 
 
 @pytest.fixture(scope="module")
@@ -53,12 +50,15 @@ def _client(home: Path) -> MlflowClient:
     return registry.client(Settings(home=home))
 
 
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def test_single_process_run_logs_model_metrics_and_calibration(home: Path, single_run: str) -> None:
     run = _client(home).get_run(single_run)
-    assert (home / "single" / "onnx" / "model.onnx").is_file()
+    assert run.data.tags["onnx_sha256"] == _sha256(home / "single" / "onnx" / "model.onnx")  # the file written
     assert run.data.params["world_size"] == "1"
     assert run.data.params["train.dropout"] == "0.0"
-    assert run.data.tags["onnx_sha256"]
     assert run.data.metrics["test_brier"] < run.data.metrics["test_brier_uncalibrated"]
     assert run.data.metrics["test_f1"] > 0.3
 
@@ -93,7 +93,7 @@ def test_reproduce_gives_identical_metrics_and_onnx_hash(home: Path, single_run:
                                  filter_string=f"tags.reproduces = '{single_run}'")
     original = client.get_run(single_run)
     test_metrics = {k: v for k, v in original.data.metrics.items() if k.startswith("test_")}
-    assert test_metrics
+    assert {"test_f1", "test_brier", "test_brier_uncalibrated"} <= test_metrics.keys()
     assert {k: again.data.metrics[k] for k in test_metrics} == test_metrics
     assert again.data.tags["onnx_sha256"] == original.data.tags["onnx_sha256"]
     assert "NO" not in result.output
@@ -160,7 +160,7 @@ def test_torchrun_two_gloo_ranks_only_rank0_logs_and_matches_single_f1(
     epochs = int(run.data.params["epochs_run"])
     assert len(client.get_metric_history(run_id, "val_pr_auc")) == epochs  # one logger, not two
     assert len(client.get_metric_history(run_id, "test_f1")) == 1
-    assert (out_dir / "onnx" / "model.onnx").is_file()
+    assert run.data.tags["onnx_sha256"] == _sha256(out_dir / "onnx" / "model.onnx")  # rank 0's export, logged
     single_f1 = client.get_run(single_run).data.metrics["test_f1"]
     assert abs(run.data.metrics["test_f1"] - single_f1) <= 0.01
 

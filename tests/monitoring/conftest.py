@@ -1,59 +1,26 @@
-"""Fixtures of the monitoring tests (tests/monitoring).
-
-Traffic for the drift tests: generator data with the window features the service computes (the
-same functions, event by event, as the service's write-through does) and a fixed scoring rule
-standing in for the model's probability, so a shift in the inputs shifts the predictions."""
+"""Fixtures of the monitoring tests: seeded traffic per drift scenario (the first half in time is the
+reference, the second the live window), prediction logs written as the service writes them, and
+registered versions carrying a reference profile, on one MLflow store."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pandas as pd
 import pytest
-from mlflow_stores import copy_mlflow_template
+from served_traffic import LogWriter, Registrar, Traffic, score, served_features
 
 from mlops import registry
 from mlops.contract import DataContract
 from mlops.data.generator import Scenario, generate_transactions
-from mlops.features import History, append_event, compute_features, empty_history, to_micros
 from mlops.prediction_log import PredictionLog, PredictionRecord
 from mlops.reference_profile import PROFILE_ARTIFACT, ReferenceProfile, build_profile
 from mlops.settings import Settings
 
 ROWS = 8_000
 SEED = 11
-
-Traffic = Callable[[Scenario], pd.DataFrame]
-
-
-def served_features(raw: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
-    histories: dict[str, dict[str, History]] = {}
-    for view in contract.feature_views:
-        histories[view.view_name] = {}
-    rows: list[dict[str, Any]] = []
-    for record in raw.to_dict("records"):
-        keys = {v.view_name: str(record[contract.entity(v.entity).join_key]) for v in contract.feature_views}
-        current = {name: histories[name][key] for name, key in keys.items() if key in histories[name]}
-        features = compute_features(contract, current, record["event_timestamp"])
-        for view in contract.feature_views:
-            known = current.get(view.view_name) or empty_history(view)
-            updated = append_event(view, known, record["transaction_id"], to_micros(record["event_timestamp"]),
-                                   {c: record[c] for c in view.value_columns})
-            if updated is not None:
-                histories[view.view_name][keys[view.view_name]] = updated
-        rows.append({**{str(k): v for k, v in record.items()}, **features})
-    return pd.DataFrame(rows)
-
-
-def score(frame: pd.DataFrame) -> np.ndarray:
-    """A fixed rule in place of a model: large amounts, fast bursts and risky shapes score high."""
-    logit = (2.2 * (np.log1p(frame["amount"].to_numpy()) - 5.0) + 1.5 * frame["customer_txn_count_1h"].to_numpy()
-             + 1.0 * (frame["channel"] == "online").to_numpy() - 2.5)
-    return np.asarray(1 / (1 + np.exp(-logit)))
 
 
 @pytest.fixture(scope="session")
@@ -84,9 +51,6 @@ def reference(traffic: Traffic, contract: DataContract) -> ReferenceProfile:
 def live(traffic: Traffic) -> Traffic:
     """The live window of ``scenario``: the second half in time, after the reference."""
     return lambda scenario: traffic(scenario).iloc[ROWS // 2:].reset_index(drop=True)
-
-
-LogWriter = Callable[..., None]
 
 
 @pytest.fixture(scope="session")
@@ -123,16 +87,13 @@ def _register_with_profile(settings: Settings, profile: ReferenceProfile) -> str
     return str(version.version)
 
 
-Registrar = Callable[[Settings, ReferenceProfile], str]
-
-
 @pytest.fixture(scope="session")
 def register_profile() -> Registrar:
     return _register_with_profile
 
 
 @pytest.fixture(scope="session")
-def tracking_uri(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path) -> str:
+def tracking_uri(tmp_path_factory: pytest.TempPathFactory, new_mlflow_home: Callable[[Path], Path]) -> str:
     """One MLflow store for the monitoring tests (a copy of the migrated template)."""
-    home = copy_mlflow_template(mlflow_template, tmp_path_factory.mktemp("mlflow"))
+    home = new_mlflow_home(tmp_path_factory.mktemp("mlflow"))
     return f"sqlite:///{home / 'mlflow.db'}"
