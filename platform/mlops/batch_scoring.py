@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict
 
 from mlops.backfill import backfill_features, spark_module
-from mlops.backfill.duckdb_engine import connection, parquet_scan
 from mlops.contract import DataContract
 from mlops.registry import ServedModel, download_serving_model, download_version
 from mlops.settings import Settings

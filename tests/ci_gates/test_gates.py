@@ -16,7 +16,6 @@ import pytest
 from slow_service import serving_in_thread, slow_app
 
 from benchmarks.serving_side_by_side import free_port
-from feature_repo.store import materialize_online, publish_features
 from ci_gates.__main__ import main
 from ci_gates.data import data_gate
 from ci_gates.latency import latency_gate, read_baseline, refresh_baseline
@@ -24,6 +23,7 @@ from ci_gates.performance import performance_gate
 from ci_gates.reproducibility import check_reproducibility
 from ci_gates.runs import TRAINED, newest_run
 from ci_gates.settings import GateSettings
+from feature_repo.store import materialize_online, publish_features
 from mlops import registry
 from mlops.contract import load_contract
 from mlops.data.generator import generate_transactions

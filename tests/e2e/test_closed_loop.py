@@ -37,7 +37,6 @@ from pipelines.demo_replay import request_body
 from pipelines.orchestration.runner import run_pipeline
 from pipelines.steps.preprocess import time_split
 
-
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200),
               pytest.mark.skipif(not all(BINARIES.values()), reason=MISSING_REASON)]
 T = TypeVar("T")
