@@ -106,7 +106,9 @@ def pipeline_onnx(home: Path, data_dir: Path) -> Path:
     import shutil
 
     from mlops.registry import ONNX_FILE
-    from pipelines import tasks
+    from pipelines.orchestration import tasks
+    from pipelines.orchestration.context import StepContext
+    from pipelines.orchestration.records import IngestRecord
     from pipelines.splits import split_paths
 
     client = _client(home)
@@ -117,8 +119,10 @@ def pipeline_onnx(home: Path, data_dir: Path) -> Path:
         splits[name].parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, splits[name])
     model_dir, onnx_dir = artifacts / "train" / "model", artifacts / "export" / "onnx"
-    tasks.train_task(splits["train"], splits["validation"], splits["test"], run_id, model_dir)
-    tasks.export_task(model_dir, splits["test"], run_id, onnx_dir)
+    context = StepContext.of(Settings())
+    trained = tasks.train_task(context, train=splits["train"], validation=splits["validation"], test=splits["test"],
+                               ingested=IngestRecord(run_id=run_id, dataset_sha256=""), model=model_dir)
+    tasks.export_task(context, model=model_dir, test=splits["test"], trained=trained, onnx=onnx_dir)
     return onnx_dir / ONNX_FILE
 
 
