@@ -16,7 +16,7 @@ from native_stack.settings import StackSettings
 from serving.settings import ServingSettings
 
 DEPLOYABLES: tuple[type[Settings], ...] = (ServingSettings, MonitoringSettings, StackSettings, GateSettings)
-EVERY_KIND: tuple[type[Settings], ...] = (Settings, *DEPLOYABLES)
+EVERY_CLASS: tuple[type[Settings], ...] = (Settings, *DEPLOYABLES)
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ def test_the_list_of_deployable_settings_is_what_the_classes_add_to_the_base() -
 def test_every_deployable_reads_the_stack_profile(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("MLOPS_PROFILE", "stack")
     clean_env.setenv("MLOPS_STACK_POSTGRES_PORT", "15432")
-    for kind in EVERY_KIND:
+    for kind in EVERY_CLASS:
         assert kind().resolved_tracking_uri == "http://127.0.0.1:5000", kind.__name__
     assert StackSettings().stack_prometheus_port == 9090  # the profile's line
     assert StackSettings().stack_postgres_port == 15432  # the environment wins over it
@@ -51,12 +51,12 @@ def test_a_params_file_key_goes_to_its_deployable_only(clean_env: pytest.MonkeyP
     assert ServingSettings().shadow is True
     assert MonitoringSettings().drift_min_rows == 7
     assert GateSettings().gate_min_f1 == 0.25
-    for kind in EVERY_KIND:
+    for kind in EVERY_CLASS:
         assert kind().max_epochs == 3, kind.__name__
     assert not hasattr(Settings(), "shadow")
 
 
-@pytest.mark.parametrize("kind", [Settings, *DEPLOYABLES])
+@pytest.mark.parametrize("kind", EVERY_CLASS)
 def test_a_params_file_key_no_deployable_declares_is_refused_by_each(
         clean_env: pytest.MonkeyPatch, tmp_path: Path, kind: type[Settings]) -> None:
     (tmp_path / "params.yaml").write_text("shadow: true\nshadows: true\n")
@@ -76,6 +76,6 @@ def test_a_profile_line_no_deployable_declares_is_refused(clean_env: pytest.Monk
     (tmp_path / "typo.env").write_text("MLOPS_SHADOW=true\nMLOPS_SHADOWS=true\n")
     clean_env.setattr("mlops.settings.PROFILES_DIR", tmp_path)
     clean_env.setenv("MLOPS_PROFILE", "typo")
-    for kind in EVERY_KIND:
+    for kind in EVERY_CLASS:
         with pytest.raises(ValidationError, match="mlops_shadows\n  Extra inputs are not permitted"):
             kind()
