@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 STARTUP_TIMEOUT_S = 90.0
+
+Answer = tuple[int, str | None]  # an answer's status and the model version that gave it
 
 
 def free_port() -> int:
@@ -64,3 +71,29 @@ def start_service(env: dict[str, str], log_path: Path, *, wait_for: str = "/v2/h
         time.sleep(0.1)
     service.stop()
     raise RuntimeError(f"service not ready after {STARTUP_TIMEOUT_S} s:\n{service.output()}")
+
+
+@contextmanager
+def predict_load(url: str, bodies: Callable[[int, int], dict[str, Any]], *, clients: int) -> Iterator[list[Answer]]:
+    """``clients`` threads posting ``bodies(client, n)`` to /predict one after another until the block
+    ends; the list yielded fills with the answers as they come."""
+    stop = threading.Event()
+    answers: list[Answer] = []
+
+    def load(client_number: int) -> None:
+        with httpx.Client(base_url=url, timeout=10) as client:
+            for n in itertools.count():
+                if stop.is_set():
+                    return
+                response = client.post("/predict", json=bodies(client_number, n))
+                answers.append((response.status_code, response.json().get("model_version")))
+
+    threads = [threading.Thread(target=load, args=(c,)) for c in range(clients)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield answers
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()

@@ -76,3 +76,25 @@ def test_an_unknown_version_is_a_clear_error(sample: tuple[pd.DataFrame, Path], 
     assert result.exit_code != 0
     assert "version 999 not found" in result.output
     assert not (tmp_path / "o.parquet").exists()
+
+
+def test_spark_scores_get_the_services_decisions_and_the_version(tmp_path: Path) -> None:
+    """Spark's output (a folder of parts, a _SUCCESS marker, a probability column) is decided by the
+    service's rule, row by row: fraud at the threshold and above."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mlops.batch_scoring import _scored_by_spark, _write_decided
+
+    scored = tmp_path / "scored.parquet"
+    scored.mkdir()
+    for part, probabilities in enumerate(([0.1, 0.5], [0.49999, 0.9])):
+        pq.write_table(pa.table({"transaction_id": [f"T{part}{n}" for n in range(2)], "probability": probabilities}),
+                       scored / f"part-{part}.parquet")
+    (scored / "_SUCCESS").write_text("")
+
+    assert _write_decided(scored, _scored_by_spark, tmp_path / "out.parquet", 0.5, "3", None) == (4, 2)
+    out = pd.read_parquet(tmp_path / "out.parquet")
+    assert list(out.columns) == ["transaction_id", "probability", "decision", "model_version"]
+    assert out["decision"].tolist() == ["legit", "fraud", "legit", "fraud"]
+    assert set(out["model_version"]) == {"3"}

@@ -8,7 +8,6 @@ Tests run in file order: each leaves production on the first version and no cana
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
@@ -18,7 +17,7 @@ import httpx
 import pandas as pd
 import pytest
 from served_platform import ServedPlatform, sample_body
-from service_process import ServiceProcess, start_service
+from service_process import ServiceProcess, predict_load, start_service
 from typer.testing import CliRunner
 
 from mlops import registry
@@ -116,25 +115,13 @@ def test_the_quality_job_reports_canary_and_champion_apart(served: Served) -> No
 
 def test_canary_start_promotion_and_rollback_under_load_fail_no_request(served: Served) -> None:
     body = sample_body(served.platform)
-    stop = threading.Event()
-    answers: list[tuple[int, str | None]] = []
-
-    def load(worker: int) -> None:
-        with httpx.Client(base_url=served.service.url, timeout=10) as client:
-            n = 0
-            while not stop.is_set():
-                r = client.post("/predict", json={**body, "customer_id": f"C-load-{n % 50}",
-                                                  "transaction_id": f"T-load-{worker}-{n}"})
-                answers.append((r.status_code, r.json().get("model_version")))
-                n += 1
 
     def recent(version: str) -> Callable[[], bool]:
         return lambda: len(answers) > 8 and {v for _, v in answers[-8:]} == {version}
 
-    threads = [threading.Thread(target=load, args=(w,)) for w in range(3)]
-    for thread in threads:
-        thread.start()
-    try:
+    with predict_load(served.service.url, lambda worker, n: {**body, "customer_id": f"C-load-{n % 50}",
+                                                             "transaction_id": f"T-load-{worker}-{n}"},
+                      clients=3) as answers:
         _wait_for(lambda: len(answers) > 20)
         _mlops("model", "promote", served.candidate, "--canary", "30")
         _wait_for(lambda: served.candidate in {v for _, v in answers[-30:]})
@@ -144,10 +131,6 @@ def test_canary_start_promotion_and_rollback_under_load_fail_no_request(served: 
             served.platform.settings.model_name, v).current_stage) for v in (served.champion, served.candidate)}
         rolled_back = _mlops("model", "rollback", "--reason", "back for the next test")
         _wait_for(recent(served.champion))
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join()
 
     assert {status for status, _ in answers} == {200}
     assert f"none -> {served.candidate}" not in promoted  # production moved from the champion

@@ -26,7 +26,7 @@ import pytest
 import tritonclient.http as oip
 from prometheus_client.parser import text_string_to_metric_families
 from served_platform import ServedPlatform
-from service_process import ServiceProcess, free_port, start_service
+from service_process import ServiceProcess, free_port, predict_load, start_service
 
 from mlops import registry
 from mlops.errors import PromotionConflictError, RegistryError
@@ -232,27 +232,12 @@ def test_promotion_under_load_fails_no_request_and_switches_versions(
         on_first_version: Served, body: dict[str, Any]) -> None:
     served = on_first_version
     settings = served.platform.settings
-    stop = threading.Event()
-    answers: list[tuple[int, str | None]] = []
-
-    def load(worker: int) -> None:
-        with httpx.Client(base_url=served.service.url, timeout=10) as client:
-            n = 0
-            while not stop.is_set():
-                r = client.post("/predict", json={**body, "transaction_id": f"T-load-{worker}-{n}"})
-                answers.append((r.status_code, r.json().get("model_version")))
-                n += 1
-
-    threads = [threading.Thread(target=load, args=(w,)) for w in range(4)]
-    for thread in threads:
-        thread.start()
-    _wait_for(lambda: len(answers) > 20)
-    registry.promote(settings, served.good, expected=served.platform.version, actor="test", reason="load test")
-    _wait_for(lambda: any(v == served.good for _, v in answers[-4:]))
-    time.sleep(0.5)
-    stop.set()
-    for thread in threads:
-        thread.join()
+    with predict_load(served.service.url, lambda worker, n: {**body, "transaction_id": f"T-load-{worker}-{n}"},
+                      clients=4) as answers:
+        _wait_for(lambda: len(answers) > 20)
+        registry.promote(settings, served.good, expected=served.platform.version, actor="test", reason="load test")
+        _wait_for(lambda: any(v == served.good for _, v in answers[-4:]))
+        time.sleep(0.5)
 
     assert {status for status, _ in answers} == {200}
     assert {v for _, v in answers} == {served.platform.version, served.good}
