@@ -16,7 +16,7 @@ import pytest
 from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
 from mlops.feature_replay import replay_features
-from mlops.settings import BUNDLED_CONTRACT
+from mlops.settings import BUNDLED_CONTRACT, Settings
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -140,3 +140,11 @@ def _close_metric_files() -> None:
 
 
 atexit.register(_close_metric_files)
+
+
+@pytest.fixture
+def settings(mlflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """Settings on an empty, migrated MLflow store, with MLOPS_HOME set for the CLI to find it too."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("MLOPS_HOME", str(mlflow_home))
+    return Settings()
