@@ -25,7 +25,7 @@ Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 # Small batches make an epoch long enough (about 70 steps) for the signal to land inside it.
 ENV = {"MLOPS_MAX_EPOCHS": "2", "MLOPS_PATIENCE": "10", "MLOPS_BATCH_SIZE": "32", "MLOPS_DEVICE": "cpu",
        "MLOPS_SEED": "5"}
-PREEMPTED = re.compile(r"SIGTERM: checkpointed at epoch (\d+) step (\d+)/(\d+)")
+PREEMPTED = re.compile(r"SIGTERM: checkpointed at epoch (\d+) step (\d+)/(\d+) \(global step (\d+)\)")
 
 
 def _command(data_dir: Path, out_dir: Path, checkpoints: Path) -> list[str]:
@@ -66,11 +66,13 @@ def test_sigterm_mid_epoch_then_resume_gives_bitwise_same_weights(
     assert proc.wait(timeout=120) == PREEMPTED_EXIT_CODE, stderr[-2000:]
     match = PREEMPTED.search(stderr)
     assert match is not None, stderr[-2000:]
-    epoch, step, steps = (int(g) for g in match.groups())
+    epoch, step, steps, global_step = (int(g) for g in match.groups())
     assert epoch == 2
     assert 1 <= step <= steps
+    assert global_step == steps + step  # all of epoch 1, then epoch 2 up to the signal
     assert not (interrupted_out / "model.pt").exists()
-    assert list((checkpoints).rglob("ckpt-*.pt"))
+    # The newest checkpoint is the one written at the signal, named by its global step.
+    assert max(path.name for path in checkpoints.rglob("ckpt-*.pt")) == f"ckpt-{global_step:010d}.pt"
 
     resumed = subprocess.run(_command(data_dir, interrupted_out, checkpoints), env=env, capture_output=True,
                              text=True, timeout=240, check=False)
