@@ -23,11 +23,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """One `mlops demo` run (its home and its printed output), shared by the tests below."""
     home = tmp_path_factory.mktemp("demo") / "home"
-    # A tenth of the demo's rows and at most 15 epochs: enough for the model to catch some test frauds
-    # (the table must show a caught one; seed 42 gives 5 test frauds, 4 caught), while most of the time
-    # is still the steps' process starts.
+    # A fifth of the demo's rows and at most 15 epochs: enough for the model to catch some test frauds
+    # (the table must show a caught one), while most of the time is still the steps' process starts.
     env = {**os.environ, "MLOPS_HOME": str(home), "MLOPS_MAX_EPOCHS": "15"}
-    result = subprocess.run([sys.executable, "-m", "mlops_cli", "demo", "--rows", "3000"], env=env,
+    result = subprocess.run([sys.executable, "-m", "mlops_cli", "demo", "--rows", "6000"], env=env,
                             capture_output=True, text=True, timeout=1400, check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return home, result.stdout
