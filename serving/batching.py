@@ -7,7 +7,7 @@ that arrived meanwhile are parsed and join. One call of ``process`` then answers
 online-store read and write, one ONNX Runtime call, one prediction-log write. A request alone
 waits those turns (microseconds when nothing else is ready). Measured with 16 connections on
 /infer: processing after one turn gave batches of 5 rows on average and 2,900 req/s; after four
-turns, 15 rows and 4,400 req/s, with a lower p99 (see README "Serving speed").
+turns, 15 rows and 4,400 req/s, with a lower p99 (see docs/serving.md, "Serving speed").
 """
 
 from __future__ import annotations

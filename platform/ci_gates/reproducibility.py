@@ -1,6 +1,6 @@
 """The reproducibility gate: train twice with the same seed, data and settings; everything must match.
 
-The README promises that on the CPU a training run is reproduced exactly: the test metrics to the
+docs/training.md promises that on the CPU a training run is reproduced exactly: the test metrics to the
 last bit and the exported ONNX file to the byte (its SHA-256). The gate trains the newest training
 run's logged split files with its logged settings twice, each run in a fresh checkpoint folder (a
 second run resuming the first's final checkpoint would prove nothing). Both runs are logged to the

@@ -10,7 +10,7 @@ the same layout, so Feast (materialize, `feast` tooling) and the service see eac
 - value: a serialized ``feast.types.Value`` protobuf (string_val or int64_val here);
 - event_ts / created_ts: integer seconds, as Feast's registered sqlite3 datetime adapter writes them.
 
-Durability (a deliberate deviation from SQLite's defaults, see README "Serving speed"): the
+Durability (a deliberate deviation from SQLite's defaults, see docs/serving.md, "Serving speed"): the
 database runs in WAL mode with ``synchronous=NORMAL``. A killed process loses nothing that was
 committed (the WAL is in the OS's page cache); only an OS crash or power loss can drop the last
 commits, never corrupt the file. The online state is rebuildable: the offline tables plus the
