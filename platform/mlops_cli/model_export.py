@@ -1,5 +1,5 @@
 """``mlops model export --format triton DIR``: a registered version as a model repository for the
-servers a cluster runs (registered on the ``model`` sub-app in mlops_cli.app)."""
+servers a cluster runs (registered on the ``model`` sub-app in mlops_cli.model)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""What every ``mlops`` command shares: the consoles, the one-line error exits and settings loading.
+"""What every ``mlops`` command shares: the consoles, the one-line error exits, the time options and
+settings loading.
 
 An expected failure prints one line naming the cause (and a second naming the file with details)
 and exits with the error's code, never a traceback.
@@ -54,6 +55,18 @@ def since_start(since: str | None, option: str = "--since") -> datetime | None:
     if len(since) < 2 or since[-1] not in _DURATION_UNITS or not since[:-1].isdigit():
         error_exit(f"{option} must be a duration such as 30m, 6h or 7d, got {since!r}", 2)
     return datetime.now(UTC) - timedelta(**{_DURATION_UNITS[since[-1]]: int(since[:-1])})
+
+
+def time_or_now(value: str | None, option: str) -> datetime:
+    """An ISO 8601 time (naive = UTC), or now when not given; a bad value exits 2 naming the option."""
+    from mlops.data.training_window import parse_time
+
+    if value is None:
+        return datetime.now(UTC)
+    try:
+        return parse_time(value, option)
+    except MLOpsError as exc:
+        fail(exc)
 
 
 @overload

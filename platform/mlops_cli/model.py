@@ -1,0 +1,123 @@
+"""``mlops model ...``: the model registry: list the versions, promote (or start a canary), roll back,
+the audit history of alias moves; ``export`` lives in model_export.py."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from mlops.errors import MLOpsError
+from mlops_cli.model_export import export_command
+from mlops_cli.output import console, hint
+from mlops_cli.output import error_exit as _error_exit
+from mlops_cli.output import fail as _fail
+from mlops_cli.output import load_settings as _settings
+
+model_app = typer.Typer(help="Inspect the model registry; promote, roll back, audit history.", no_args_is_help=True)
+model_app.command("export")(export_command)
+
+
+@model_app.command("list")
+def list_command() -> None:
+    """Registered versions with their aliases and decision tags."""
+    from rich.table import Table
+
+    from mlops import registry
+
+    settings = _settings()
+    table = Table("version", "aliases", "decision", "candidate F1", "reason")
+    try:
+        rows = registry.list_versions(settings)
+    except MLOpsError as exc:
+        _fail(exc)
+    if not rows:
+        console.print(f"no versions of {settings.model_name} registered in {settings.resolved_tracking_uri}",
+                      highlight=False)
+        hint("train and register one with `mlops pipeline run data/tx.parquet` (make the data with "
+             "`mlops data generate --out data/tx.parquet`), or run `make demo`")
+        return
+    for row in rows:
+        table.add_row(row["version"], row["aliases"], row.get("decision", ""), row.get("candidate_f1", ""),
+                      row.get("decision_reason", ""))
+    console.print(table)
+
+
+def _actor() -> str:
+    import getpass
+    import socket
+
+    return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
+@model_app.command("promote")
+def promote_command(
+    version: Annotated[str, typer.Argument(help="Registered version to serve.")],
+    reason: Annotated[str, typer.Option(help="Why (kept in the audit record).")] = "",
+    alias: Annotated[str | None, typer.Option(help="Alias to move (default MLOPS_SERVING_ALIAS).")] = None,
+    canary: Annotated[float | None, typer.Option(help="Instead: serve this percent of /predict from VERSION "
+                                                      "(alias canary, sticky per customer).")] = None,
+) -> None:
+    """Point the serving alias (or --alias) at VERSION, with an audit record; the service follows.
+
+    Promoting the canary's version to production ends the canary and archives the previous version."""
+    if not version.isdigit():
+        _error_exit(f"VERSION must be a version number, got {version!r}", 2)
+    if canary is not None and not 0 < canary < 100:
+        _error_exit(f"--canary must be a percent between 0 and 100 (exclusive), got {canary:g}", 2)
+    from mlops import registry
+
+    settings = _settings()
+    try:
+        if canary is not None:
+            registry.start_canary(settings, version, canary, actor=_actor(), reason=reason)
+            console.print(f"{settings.model_name} version {version}: canary on {canary:g} % of /predict traffic")
+            return
+        previous = registry.promote(settings, version, alias=alias, actor=_actor(), reason=reason or "manual")
+    except MLOpsError as exc:
+        _fail(exc)
+    console.print(f"{settings.model_name} alias {alias or settings.serving_alias!r}: {previous or 'none'} -> {version}")
+
+
+@model_app.command("rollback")
+def rollback_command(
+    reason: Annotated[str, typer.Option(help="Why (kept in the audit record).")] = "",
+    alias: Annotated[str | None, typer.Option(help="Alias to move back (default MLOPS_SERVING_ALIAS).")] = None,
+) -> None:
+    """End a running canary; else move the serving alias (or --alias) back to the version it held before
+    its last move."""
+    from mlops import registry
+
+    settings = _settings()
+    try:
+        change = registry.rollback(settings, actor=_actor(), reason=reason or "rollback", alias=alias)
+    except MLOpsError as exc:
+        _fail(exc)
+    console.print(f"{settings.model_name} alias {change.alias!r}: {change.from_version} -> "
+                  f"{change.to_version or 'removed'}")
+
+
+@model_app.command("history")
+def history_command(
+    alias: Annotated[str | None, typer.Option(help="Only this alias' moves.")] = None,
+) -> None:
+    """Every recorded alias move: when, which alias, from and to which version, who, why."""
+    from rich.table import Table
+
+    from mlops import registry
+
+    settings = _settings()
+    try:
+        changes = registry.history(settings, alias)
+    except MLOpsError as exc:
+        _fail(exc)
+    if not changes:
+        console.print(f"no alias moves recorded for {settings.model_name}" + (f" alias {alias!r}" if alias else ""),
+                      highlight=False)
+        hint("a pipeline run that promotes a version records one; so does `mlops model promote VERSION`")
+        return
+    table = Table("when (UTC)", "alias", "from", "to", "who", "why")
+    for c in changes:
+        table.add_row(f"{c.at:%Y-%m-%d %H:%M:%S}", c.alias, c.from_version or "none", c.to_version or "removed",
+                      c.actor, c.reason)
+    console.print(table)
