@@ -26,6 +26,7 @@ from mlops.data.ingest import ingest
 from mlops.data.training_window import apply_window, resolve_window
 from mlops.errors import DataValidationError, NotFoundError
 from mlops.inference import OnnxModel
+from mlops.preflight import check_source
 from mlops.reference_profile import PROFILE_ARTIFACT, build_profile
 from mlops.settings import Settings
 from pipelines.orchestration.context import StepContext
@@ -58,12 +59,13 @@ def ingest_task(context: StepContext, *, source: str, snapshot: Path, run_name: 
     """Open the MLflow run, snapshot ``source`` and write its rows inside the training window (all rows
     when none is given; see :mod:`mlops.data.training_window`) to ``snapshot``."""
     settings, contract, snapshot_out = context.settings, context.contract, snapshot
+    check_source(source)  # a missing file or a malformed window opens no MLflow run
+    window = resolve_window(since, until, last_weeks)
     experiment_id = registry.ensure_experiment(settings)
     run = mlflow.MlflowClient().create_run(experiment_id, run_name=run_name or None,
                                            tags={"pipeline": "fraud-training"})
     run_id = run.info.run_id
     with tracked_step(run_id, "ingest"):
-        window = resolve_window(since, until, last_weeks)
         stored = ingest(source, settings.snapshots_dir, contract)
         snapshot_out.parent.mkdir(parents=True, exist_ok=True)
         mlflow.log_params({"source": source, "dataset_sha256": stored.sha256, "dataset_rows": stored.rows,
