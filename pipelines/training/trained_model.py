@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mlops.contract import DataContract
 from mlops.errors import InputError
@@ -76,7 +76,10 @@ def read_summary(out_dir: Path) -> TrainingSummary:
     path = out_dir / SUMMARY_FILE
     if not path.is_file():
         raise InputError(f"no training summary at {path}; run the train step first")
-    return TrainingSummary.model_validate_json(path.read_text())
+    try:
+        return TrainingSummary.model_validate_json(path.read_text())
+    except ValidationError as exc:
+        raise InputError(f"{path} is not a training summary: {exc.errors()[0]['msg']}", field=str(path)) from exc
 
 
 def onnx_metadata(out_dir: Path, contract: DataContract) -> dict[str, str]:
