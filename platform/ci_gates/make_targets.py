@@ -17,8 +17,9 @@ from ci_gates.outcome import GateOutcome, failed, passed
 # lines say nothing about why.
 _NOISE = re.compile(r"^(make(\[\d+\])?: (\*\*\*|Entering directory|Leaving directory)|\s*$)")
 _PYTEST_SUMMARY = re.compile(r"^=+ (.* in [0-9.]+s.*) =+$")
-# ruff's, import-linter's and mypy's verdicts
-_ERROR_COUNT = re.compile(r"^(Found \d+ errors?.*|Success: .*|All checks passed!|Contracts: \d+ kept, \d+ broken\.)$")
+# ruff's, import-linter's, mypy's and mkdocs --strict's verdicts
+_ERROR_COUNT = re.compile(r"^(Found \d+ errors?.*|Success: .*|All checks passed!|Contracts: \d+ kept, \d+ broken\.|"
+                          r"Aborted with \d+ warnings? in strict mode!)$")
 
 
 def summary_line(output: str) -> str:
@@ -28,9 +29,11 @@ def summary_line(output: str) -> str:
         match = _PYTEST_SUMMARY.match(line.strip())
         if match:
             return match.group(1)
-    counts = [line.strip() for line in lines if _ERROR_COUNT.match(line.strip())]
+    # `make lint` runs ruff, lint-imports, mypy on the tree and then on each folder's conftest (the same
+    # verdict six times), then mkdocs: each distinct verdict once, the last four.
+    counts = list(dict.fromkeys(line.strip() for line in lines if _ERROR_COUNT.match(line.strip())))
     if counts:
-        return "; ".join(counts[-3:])  # `make lint` runs ruff, lint-imports, then mypy
+        return "; ".join(counts[-4:])
     meaningful = [line.strip() for line in lines if not _NOISE.match(line)]
     return meaningful[-1][:300] if meaningful else "no output"
 

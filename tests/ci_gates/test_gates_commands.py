@@ -112,3 +112,15 @@ def test_unknown_gate_exits_2_with_one_line() -> None:
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         "error: unknown gate 'speed'; choose from lint, tests, data, repro, performance, latency, image")
+
+
+def test_the_lint_summary_names_each_verdict_once_and_mkdocs_strict_failure() -> None:
+    from ci_gates.make_targets import summary_line
+
+    conftests = "Success: no issues found in 1 source file\n" * 6
+    lint = ("All checks passed!\nContracts: 3 kept, 0 broken.\nSuccess: no issues found in 249 source files\n"
+            + conftests)
+    assert summary_line(lint) == ("All checks passed!; Contracts: 3 kept, 0 broken.; Success: no issues found in "
+                                  "249 source files; Success: no issues found in 1 source file")
+    failed = lint + "WARNING -  A reference to 'missing.md' is not found\n\nAborted with 1 warnings in strict mode!\n"
+    assert summary_line(failed).endswith("; Aborted with 1 warnings in strict mode!")
