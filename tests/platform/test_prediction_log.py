@@ -163,3 +163,10 @@ def test_otherwise_the_answer_waits_for_no_fsync_and_one_follows_within_the_inte
     quick.close()
     assert len(fsyncs) > before
     assert fsyncs[before] - written < 5
+
+
+def test_every_plain_field_of_the_record_has_its_column_on_disk() -> None:
+    from mlops.prediction_log import PLAIN_FIELDS, PredictionRecord
+
+    nested = {"entities", "inputs", "features"}
+    assert sorted(PLAIN_FIELDS) == sorted(set(PredictionRecord.model_fields) - nested)
