@@ -19,7 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from mlops.errors import ConfigError
 
 Dtype = Literal["string", "datetime", "float", "int", "category"]
-Aggregation = Literal["count", "mean", "max", "sum", "seconds_since_previous"]
+Aggregation = Literal["count", "mean", "max", "sum", "seconds_since_previous", "label_count", "label_rate"]
+# Aggregations of the contract's 0/1 label; they look back past a delay (FeatureSpec.delay).
+LABEL_AGGREGATIONS = ("label_count", "label_rate")
 # Cyclic encodings of the transaction's own timestamp (UTC), computed at request time.
 TimeFeature = Literal["hour_of_day_sin", "hour_of_day_cos", "day_of_week_sin", "day_of_week_cos"]
 _WINDOW_UNITS = {"m": "minutes", "h": "hours", "d": "days"}
@@ -71,16 +73,30 @@ class FeatureSpec(_Strict):
 
     ``seconds_since_previous`` is the time since the entity's latest event before t, capped at
     the window (the cap is also the value when there is no earlier event).
+
+    Label features (``label_count``: events with a positive label, ``label_rate``: that over the
+    events, 0 when none) look back past a ``delay``: at t they aggregate the events in
+    [t - delay - window, t - delay), whose labels a team knows by t. Only they take a delay.
     """
 
     name: str
     agg: Aggregation
     window: str = Field(pattern=r"^[1-9]\d*[mhd]$")
     column: str | None = None
+    delay: str | None = Field(default=None, pattern=r"^[1-9]\d*[mhd]$")
 
     @cached_property
     def window_delta(self) -> timedelta:
-        return timedelta(**{_WINDOW_UNITS[self.window[-1]]: int(self.window[:-1])})
+        return _duration(self.window)
+
+    @cached_property
+    def delay_delta(self) -> timedelta:
+        """The delay (zero for features that take none)."""
+        return timedelta(0) if self.delay is None else _duration(self.delay)
+
+    @property
+    def is_label(self) -> bool:
+        return self.agg in LABEL_AGGREGATIONS
 
     @property
     def aggregates_window(self) -> bool:
@@ -94,7 +110,18 @@ class FeatureSpec(_Strict):
             raise ValueError(f"feature {self.name!r}: aggregation {self.agg!r} needs a column")
         if not needs_column and self.column is not None:
             raise ValueError(f"feature {self.name!r}: aggregation {self.agg!r} takes no column")
+        if self.is_label and self.delay is None:
+            raise ValueError(f"feature {self.name!r}: aggregation {self.agg!r} needs a delay "
+                             "(labels arrive late: it sees the events in [t - delay - window, t - delay))")
+        if not self.is_label and self.delay is not None:
+            raise ValueError(f"feature {self.name!r}: aggregation {self.agg!r} takes no delay "
+                             f"(only {' and '.join(LABEL_AGGREGATIONS)} do)")
         return self
+
+
+def _duration(text: str) -> timedelta:
+    """``7d``, ``12h``, ``30m`` as a timedelta."""
+    return timedelta(**{_WINDOW_UNITS[text[-1]]: int(text[:-1])})
 
 
 class FeatureViewSpec(_Strict):
@@ -113,9 +140,15 @@ class FeatureViewSpec(_Strict):
 
     @cached_property
     def history_horizon(self) -> timedelta:
-        """How far back the kept events must reach: the longest aggregating window."""
-        windows = [f.window_delta for f in self.features if f.aggregates_window]
+        """How far back the kept events must reach: the longest aggregating window (a label
+        feature's reaches back its delay plus its window)."""
+        windows = [f.delay_delta + f.window_delta for f in self.features if f.aggregates_window]
         return max(windows, default=timedelta(0))
+
+    @property
+    def uses_labels(self) -> bool:
+        """True when a feature aggregates the label (the history then keeps each event's label)."""
+        return any(f.is_label for f in self.features)
 
 
 class NumericInput(_Strict):
@@ -219,8 +252,10 @@ class DataContract(_Strict):
         """
         bounds: dict[str, tuple[float | None, float | None]] = {}
         for feature in (f for v in self.feature_views for f in v.features):
-            if feature.agg == "count":
+            if feature.agg in ("count", "label_count"):
                 bounds[feature.name] = (0.0, None)
+            elif feature.agg == "label_rate":
+                bounds[feature.name] = (0.0, 1.0)
             elif feature.agg == "seconds_since_previous":
                 bounds[feature.name] = (0.0, feature.window_delta.total_seconds())
             else:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from mlops.contract import DataContract, load_contract
+from mlops.contract import DataContract, FeatureSpec, FeatureViewSpec, load_contract
 from mlops.errors import ConfigError
 from mlops.settings import BUNDLED_CONTRACT
 
@@ -234,3 +235,25 @@ def test_hygiene_rules_of_the_bundled_contract(contract: DataContract) -> None:
     label = contract.column(contract.label_column)
     assert "true" in label.true_values
     assert "false" in label.false_values
+
+
+def test_label_features_need_a_delay_and_only_they_take_one() -> None:
+    def feature(**fields: Any) -> FeatureSpec:
+        return FeatureSpec(name="f", window="7d", **fields)
+
+    rate = feature(agg="label_rate", delay="1d")
+    assert (rate.is_label, rate.delay_delta, feature(agg="count").delay_delta) == (True, timedelta(days=1),
+                                                                                   timedelta(0))
+    for fields, message in (({"agg": "label_count"}, "'label_count' needs a delay"),
+                            ({"agg": "count", "delay": "1d"}, "'count' takes no delay"),
+                            ({"agg": "label_count", "delay": "1d", "column": "amount"}, "takes no column"),
+                            ({"agg": "label_rate", "delay": "0d"}, "String should match pattern")):
+        with pytest.raises(ValueError, match=message):
+            feature(**fields)
+    view = FeatureViewSpec(entity="customer", features=(feature(agg="count"), rate))
+    assert (view.history_horizon, view.uses_labels) == (timedelta(days=8), True)  # the delay plus the window
+    raw = yaml.safe_load(BUNDLED_CONTRACT.read_text())
+    raw["feature_views"][0]["features"] += [{"name": "fraud_rate", "agg": "label_rate", "window": "7d", "delay": "1d"},
+                                            {"name": "frauds", "agg": "label_count", "window": "7d", "delay": "1d"}]
+    bounds = DataContract.model_validate(raw).feature_bounds
+    assert (bounds["fraud_rate"], bounds["frauds"]) == ((0.0, 1.0), (0.0, None))
