@@ -11,6 +11,11 @@ holds, which every scored transaction extends (:func:`append_event`); the offlin
 A history keeps the events of the longest window before its newest event plus the events of the
 instant just before the newest, so "seconds since the previous transaction" stays exact however
 long ago that was.
+
+Label features look back past a delay: at t they aggregate the 0/1 labels of the events in
+[t - delay - window, t - delay). A view with one keeps each event's label in its history, NaN
+until ``mlops labels ingest`` delivers it (:func:`set_labels`); only delivered labels count, where
+the offline backfill knows every label.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ if TYPE_CHECKING:
 EVENTS_FIELD = "events"
 # The time of the history's newest event (microseconds), stored beside it.
 NEWEST_FIELD = "newest_event_us"
-_IDS, _TIMES, _VALUES = "ids", "times", "values"  # times: microseconds since the Unix epoch, UTC
+_IDS, _TIMES, _VALUES, _LABELS = "ids", "times", "values", "labels"  # times: microseconds since the Unix epoch, UTC
 _MICROS = 1_000_000
 _DAY_SECONDS = 86_400.0
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -55,11 +60,16 @@ def to_micros(moment: datetime | pd.Timestamp) -> int:
 
 @dataclass(frozen=True)
 class History:
-    """One entity's kept events, ascending by (time, id)."""
+    """One entity's kept events, ascending by (time, id).
+
+    ``labels`` holds each event's 0/1 label (NaN: not delivered yet) when the view has label
+    features, and is empty otherwise.
+    """
 
     ids: tuple[str, ...] = ()
     times: tuple[int, ...] = ()
     values: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    labels: tuple[float, ...] = ()
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -70,8 +80,11 @@ class History:
 
     def encode(self, view: FeatureViewSpec) -> str:
         """The stored form (compact JSON; floats written as their shortest exact form, so they read back exactly)."""
-        return orjson.dumps({_IDS: self.ids, _TIMES: self.times,
-                             _VALUES: {c: self.values.get(c, ()) for c in view.value_columns}}).decode()
+        stored: dict[str, Any] = {_IDS: self.ids, _TIMES: self.times,
+                                  _VALUES: {c: self.values.get(c, ()) for c in view.value_columns}}
+        if view.uses_labels:  # an unknown label is null
+            stored[_LABELS] = [None if math.isnan(label) else label for label in self.labels]
+        return orjson.dumps(stored).decode()
 
 
 def stored_fields(view: FeatureViewSpec, history: History) -> dict[str, Any]:
@@ -83,6 +96,11 @@ def empty_history(view: FeatureViewSpec) -> History:
     return History(values={c: () for c in view.value_columns})
 
 
+def _label(value: Any) -> float:
+    """A stored or delivered label as a float; None (not delivered) is NaN."""
+    return math.nan if value is None else float(value)
+
+
 def decode_history(view: FeatureViewSpec, stored: Any) -> History:
     """A history from its stored form; a missing value (None, NaN) means no events."""
     if not isinstance(stored, str):
@@ -92,20 +110,40 @@ def decode_history(view: FeatureViewSpec, stored: Any) -> History:
     raw = orjson.loads(stored)
     times, ids = list(map(int, raw[_TIMES])), list(map(str, raw[_IDS]))
     values = [list(map(float, raw[_VALUES][c])) for c in view.value_columns]
-    lengths = {len(times), len(ids), *map(len, values)}
+    # Labels of a view that has label features (a history written before it had one knows none).
+    labels = [list(map(_label, raw.get(_LABELS, [None] * len(times))))] if view.uses_labels else []
+    lengths = {len(times), len(ids), *map(len, values), *map(len, labels)}
     if len(lengths) > 1:
         raise ValueError(f"stored history of {view.view_name} has columns of different lengths")
     if not times:
         return empty_history(view)
     keys = list(zip(times, ids, strict=True))
     if not all(map(operator.lt, keys, keys[1:])):  # written in order; anything else is put in order here
-        columns = list(zip(*sorted(zip(times, ids, *values, strict=True)), strict=True))
-        times, ids, values = list(columns[0]), list(columns[1]), [list(c) for c in columns[2:]]
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        times, ids = [times[i] for i in order], [ids[i] for i in order]
+        values, labels = [[v[i] for i in order] for v in values], [[v[i] for i in order] for v in labels]
     return History(ids=tuple(ids), times=tuple(times),
-                   values={c: tuple(v) for c, v in zip(view.value_columns, values, strict=True)})
+                   values={c: tuple(v) for c, v in zip(view.value_columns, values, strict=True)},
+                   labels=tuple(labels[0]) if labels else ())
+
+
+def _label_value(feature: FeatureSpec, history: History, t_us: int) -> float:
+    """Positives (``label_count``) or their share (``label_rate``) among the delivered labels of the
+    events in [t - delay - window, t - delay)."""
+    delay_us = int(feature.delay_delta.total_seconds() * _MICROS)
+    window_us = int(feature.window_delta.total_seconds() * _MICROS)
+    end = bisect_left(history.times, t_us - delay_us)
+    start = bisect_left(history.times, t_us - delay_us - window_us)
+    known = [label for label in history.labels[start:end] if not math.isnan(label)]
+    positives = math.fsum(known)
+    if feature.agg == "label_count":
+        return positives
+    return positives / len(known) if known else 0.0
 
 
 def _window_value(feature: FeatureSpec, history: History, t_us: int) -> float:
+    if feature.is_label:
+        return _label_value(feature, history, t_us)
     window_us = int(feature.window_delta.total_seconds() * _MICROS)
     end = bisect_left(history.times, t_us)  # events at or after t are excluded
     if feature.agg == "seconds_since_previous":
@@ -174,21 +212,31 @@ def _pruned(view: FeatureViewSpec, events: list[tuple[Any, ...]], *, in_order: b
         oldest = newest - int(view.history_horizon.total_seconds() * _MICROS)
         # In time order, the kept events are a suffix: nothing lies between the previous instant and the newest.
         events = events[bisect_left(times, min(previous, oldest)):]
-    columns = list(zip(*events, strict=True)) if events else [()] * (2 + len(view.value_columns))
+    width = 2 + len(view.value_columns) + view.uses_labels
+    columns = list(zip(*events, strict=True)) if events else [()] * width
     return History(ids=tuple(columns[1]), times=tuple(columns[0]),
-                   values={c: tuple(columns[2 + i]) for i, c in enumerate(view.value_columns)})
+                   values={c: tuple(columns[2 + i]) for i, c in enumerate(view.value_columns)},
+                   labels=tuple(columns[-1]) if view.uses_labels else ())
 
 
 def _events(view: FeatureViewSpec, history: History) -> list[tuple[Any, ...]]:
-    return list(zip(history.times, history.ids, *(history.values[c] for c in view.value_columns), strict=True))
+    """(time, id, *values, label if the view keeps labels) per event; ids are unique, so sorting
+    never compares the values."""
+    labels = [history.labels] if view.uses_labels else []
+    return list(zip(history.times, history.ids, *(history.values[c] for c in view.value_columns), *labels,
+                    strict=True))
 
 
 def append_event(view: FeatureViewSpec, history: History, event_id: str, t_us: int,
-                 values: Mapping[str, float]) -> History | None:
-    """The history with one more event, or None when the id is already in it (idempotent)."""
+                 values: Mapping[str, float], label: float | None = None) -> History | None:
+    """The history with one more event, or None when the id is already in it (idempotent).
+
+    ``label``: the event's 0/1 label when known (the offline replay); a served event's is not yet.
+    """
     if event_id in history.ids:
         return None
-    event = (t_us, event_id, *(float(values[c]) for c in view.value_columns))
+    event = (t_us, event_id, *(float(values[c]) for c in view.value_columns),
+             *([_label(label)] if view.uses_labels else []))
     events = _events(view, history)
     if events and event < events[-1]:
         insort(events, event)
@@ -198,7 +246,26 @@ def append_event(view: FeatureViewSpec, history: History, event_id: str, t_us: i
 
 
 def merge_histories(view: FeatureViewSpec, current: History, incoming: History) -> History:
-    """Union of two histories of one entity (by event id), pruned like an appended one."""
+    """Union of two histories of one entity (by event id), pruned like an appended one; an event
+    in both keeps ``current``'s label unless only ``incoming`` knows it."""
     seen = set(current.ids)
     extra = [e for e in _events(view, incoming) if e[1] not in seen]
-    return _pruned(view, [*_events(view, current), *extra])
+    merged = _pruned(view, [*_events(view, current), *extra])
+    if not view.uses_labels:
+        return merged
+    known = {i: label for i, label in zip(incoming.ids, incoming.labels, strict=True) if not math.isnan(label)}
+    labelled = set_labels(view, merged, {i: known[i] for i, old in zip(merged.ids, merged.labels, strict=True)
+                                         if i in known and math.isnan(old)})
+    return merged if labelled is None else labelled
+
+
+def set_labels(view: FeatureViewSpec, history: History, labels: Mapping[str, float]) -> History | None:
+    """The history with the delivered labels of the events it holds, or None when that changes
+    nothing (a label delivered again, an event no longer kept, a view without label features)."""
+    if not view.uses_labels:
+        return None
+    updated = tuple(float(labels[i]) if i in labels else old for i, old in zip(history.ids, history.labels,
+                                                                                strict=True))
+    if all(a == b or (math.isnan(a) and math.isnan(b)) for a, b in zip(updated, history.labels, strict=True)):
+        return None
+    return History(ids=history.ids, times=history.times, values=history.values, labels=updated)

@@ -72,6 +72,13 @@ def brute_force(frame: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
             mine = frame[frame[key] == row[key]]
             for feature in view.features:
                 window = feature.window_delta
+                if feature.is_label:  # [t - delay - window, t - delay), delivered labels only
+                    seen_by = t - feature.delay_delta
+                    labels = mine[(mine[TS] >= seen_by - window) & (mine[TS] < seen_by)][contract.label_column]
+                    known = [float(label) for label in labels if not pd.isna(label)]
+                    values[feature.name] = (math.fsum(known) if feature.agg == "label_count"
+                                            else math.fsum(known) / len(known) if known else 0.0)
+                    continue
                 if feature.agg == "seconds_since_previous":
                     before = mine[mine[TS] < t][TS]
                     gap = (t - before.max()).total_seconds() if len(before) else math.inf
@@ -422,3 +429,111 @@ def test_in_memory_replay_matches_brute_force(contract: DataContract,
                                               events: list[tuple[str, str, timedelta, float]]) -> None:
     frame = stream_frame(events).sample(frac=1.0, random_state=0)  # any input order
     assert_features_equal(replay_features(frame, contract), brute_force(frame, contract))
+
+
+# Label features: the bundled contract plus a label count and rate per view, with delays whose edges
+# the streams hit (30 min and 1 h steps; the merchant's 7-day delay and 30-day reach are WIDE edges).
+LABEL_FEATURES = {
+    "customer": [{"name": "customer_fraud_count_1d", "agg": "label_count", "window": "1d", "delay": "1h"},
+                 {"name": "customer_fraud_rate_1h", "agg": "label_rate", "window": "1h", "delay": "30m"}],
+    "merchant": [{"name": "merchant_fraud_rate_23d", "agg": "label_rate", "window": "23d", "delay": "7d"},
+                 {"name": "merchant_fraud_count_23d", "agg": "label_count", "window": "23d", "delay": "7d"}],
+}
+LABELLED_STREAMS = st.lists(st.tuples(st.sampled_from(["c1", "c2", "c3"]), st.sampled_from(["m1", "m2"]),
+                                      _WIDE_OFFSETS, st.integers(min_value=1, max_value=500_000).map(lambda c: c / 100),
+                                      st.integers(min_value=0, max_value=1)),
+                            min_size=1, max_size=30)
+
+
+def with_label_features(contract: DataContract) -> DataContract:
+    raw = contract.model_dump(mode="json")
+    for view in raw["feature_views"]:
+        view["features"] += LABEL_FEATURES[view["entity"]]
+    return DataContract.model_validate(raw)
+
+
+@pytest.fixture(scope="module")
+def labelled(contract: DataContract) -> DataContract:
+    return with_label_features(contract)
+
+
+def labelled_frame(events: list[tuple[str, str, timedelta, float, int]], prefix: str = "") -> pd.DataFrame:
+    return stream_frame([e[:4] for e in events], prefix).assign(is_fraud=[e[4] for e in events])
+
+
+def test_label_features_see_the_labels_of_the_delayed_window_by_hand(labelled: DataContract, tmp_path: Path) -> None:
+    half = timedelta(minutes=30)
+    frame = labelled_frame([("c1", "m1", timedelta(0), 1.0, 1), ("c1", "m1", half, 1.0, 0),
+                            ("c1", "m1", 2 * half, 1.0, 1), ("c1", "m1", 3 * half, 1.0, 0),
+                            ("c1", "m1", 3 * half, 1.0, 1), ("c1", "m1", 7 * _DAY, 1.0, 0),
+                            ("c1", "m1", 30 * _DAY, 1.0, 0),
+                            ("c1", "m1", 30 * _DAY + timedelta(microseconds=1), 1.0, 0)])
+    expected = brute_force(frame, labelled)
+    assert_features_equal(backfilled(frame, labelled, tmp_path), expected)
+    assert_features_equal(replay_features(frame.sample(frac=1.0, random_state=2), labelled).loc[frame.index],
+                          expected)
+    # Rate over [t - 90 min, t - 30 min): at 1 h the 0-min event (1); at 1.5 h also the 30-min one (0).
+    assert expected["customer_fraud_rate_1h"].tolist()[:5] == [0.0, 0.0, 1.0, 0.5, 0.5]
+    # Count over [t - 25 h, t - 1 h): at 1 h the 0-min event lies exactly at t - delay (out), at 1.5 h it is in.
+    assert expected["customer_fraud_count_1d"].tolist() == [0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+    # [t - 30 d, t - 7 d): at 7 d the 0-min event is exactly 7 d back (out), at 30 d exactly 30 d back (in),
+    # one microsecond later out again.
+    assert expected["merchant_fraud_count_23d"].tolist()[5:] == [0.0, 3.0, 2.0]
+    assert expected["merchant_fraud_rate_23d"].tolist()[5:] == [0.0, 0.5, 0.4]  # the 7-day event (0) counts too
+
+
+@hypothesis_settings(max_examples=40, deadline=None)
+@given(events=LABELLED_STREAMS)
+def test_label_features_backfill_equals_brute_force_and_the_online_computation(
+        labelled: DataContract, tmp_path_factory: pytest.TempPathFactory,
+        events: list[tuple[str, str, timedelta, float, int]]) -> None:
+    frame = labelled_frame(events)
+    got = backfilled(frame, labelled, tmp_path_factory.mktemp("labels"))
+    assert_features_equal(got, brute_force(frame, labelled))
+    assert_features_equal(got, replay_features(frame.sample(frac=1.0, random_state=0), labelled).loc[frame.index])
+
+
+def _flipped_within_the_delay(frame: pd.DataFrame, contract: DataContract, row: int) -> pd.DataFrame:
+    """``frame`` with the label of every event at or after t - (the shortest delay) flipped, t the row's time."""
+    delay = min(f.delay_delta for v in contract.feature_views for f in v.features if f.is_label)
+    recent = frame[TS] >= frame[TS].iloc[row] - delay
+    return frame.assign(is_fraud=frame["is_fraud"].where(~recent, 1 - frame["is_fraud"]))
+
+
+@hypothesis_settings(max_examples=25, deadline=None)
+@given(events=LABELLED_STREAMS, pick=st.integers(min_value=0, max_value=29))
+def test_labels_inside_the_delay_never_change_a_rows_features(
+        labelled: DataContract, tmp_path_factory: pytest.TempPathFactory,
+        events: list[tuple[str, str, timedelta, float, int]], pick: int) -> None:
+    """Labels a team could not know at t (events in [t - delay, t), and t itself) leave the row at t alone."""
+    frame = labelled_frame(events)
+    row = pick % len(frame)
+    flipped = _flipped_within_the_delay(frame, labelled, row)
+    folder = tmp_path_factory.mktemp("leak")
+    before, after = backfilled(frame, labelled, folder), backfilled(flipped, labelled, folder)
+    assert_features_equal(after.iloc[[row]], before.iloc[[row]])
+    assert_features_equal(replay_features(flipped, labelled).iloc[[row]], before.iloc[[row]])
+
+
+def test_the_training_table_never_sees_labels_inside_the_delay(labelled: DataContract, tmp_path: Path) -> None:
+    """Flipping the labels of the newest events (within the shortest delay of the last one) changes
+    those rows' own labels in the train/validation/test files and nothing else."""
+    from pipelines.steps.preprocess import preprocess
+
+    rng = random.Random(5)
+    events = [(rng.choice(["c1", "c2"]), rng.choice(["m1", "m2"]), timedelta(minutes=30 * rng.randint(0, 200)),
+               float(rng.randint(1, 500)), rng.randint(0, 1)) for _ in range(60)]
+    frame = labelled_frame(events)
+    flipped = _flipped_within_the_delay(frame, labelled, int(frame[TS].argmax()))
+    assert (flipped["is_fraud"] != frame["is_fraud"]).any()
+    tables = []
+    for name, data in (("original", frame), ("flipped", flipped)):
+        data.to_parquet(tmp_path / f"{name}.parquet", index=False)
+        preprocess(tmp_path / f"{name}.parquet", labelled, Settings(home=tmp_path / name), tmp_path / name / "splits")
+        tables.append(pd.concat([pd.read_parquet(tmp_path / name / "splits" / f"{s}.parquet")
+                                 for s in ("train", "validation", "test")]).set_index("transaction_id").sort_index())
+    original, changed = tables
+    assert_features_equal(changed[labelled.feature_names], original[labelled.feature_names])
+    assert_features_equal(original[labelled.feature_names],
+                          brute_force(frame, labelled).set_axis(frame["transaction_id"]).sort_index())
+    assert original[labelled.feature_names[-8:]].to_numpy().any()  # the label features are not all zero

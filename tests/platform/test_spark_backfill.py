@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from benchmarks.spark_backfill import seeded_model_onnx, with_hot_merchant
 from mlops.backfill import backfill_features
+from mlops.backfill.duckdb_engine import backfill_duckdb
 from mlops.backfill.spark_engine import PROBABILITY, backfill_frame, backfill_spark, score_spark
 from mlops.backfill.spark_job import main as spark_job
 from mlops.contract import DataContract
@@ -71,6 +72,45 @@ def test_spark_features_equal_the_replay_on_streams_with_ties_and_edges(
     frame = streams_frame(streams)
     got = backfill_frame(spark.createDataFrame(frame), contract).toPandas()
     assert max_feature_difference(got, frame, contract) <= 1e-9
+
+
+_LABELLED_STREAMS = st.lists(st.lists(st.tuples(st.sampled_from(["c1", "c2", "c3"]), st.sampled_from(["m1", "m2"]),
+                                                _OFFSETS, st.integers(1, 5_000_000).map(lambda cents: cents / 100),
+                                                st.integers(0, 1)),
+                                      min_size=1, max_size=20), min_size=10, max_size=30)
+# A label count and rate per view; half-hour steps and the 7-day and 30-day edges land on their frames' ends.
+_LABEL_FEATURES = {
+    "customer": [{"name": "customer_fraud_count_1d", "agg": "label_count", "window": "1d", "delay": "1h"},
+                 {"name": "customer_fraud_rate_1h", "agg": "label_rate", "window": "1h", "delay": "30m"}],
+    "merchant": [{"name": "merchant_fraud_rate_23d", "agg": "label_rate", "window": "23d", "delay": "7d"}],
+}
+
+
+def with_label_features(contract: DataContract) -> DataContract:
+    raw = contract.model_dump(mode="json")
+    for view in raw["feature_views"]:
+        view["features"] += _LABEL_FEATURES[view["entity"]]
+    return DataContract.model_validate(raw)
+
+
+@hypothesis_settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(streams=_LABELLED_STREAMS)
+def test_spark_label_features_equal_duckdb_on_streams_with_ties_and_edges(
+    spark: SparkSession, contract: DataContract, tmp_path_factory: pytest.TempPathFactory,
+    streams: list[list[tuple[str, str, timedelta, float, int]]],
+) -> None:
+    """Label counts and rates over [t - delay - window, t - delay): Spark equals DuckDB and the replay."""
+    labelled = with_label_features(contract)
+    frame = streams_frame([[e[:4] for e in events] for events in streams])
+    frame["is_fraud"] = [e[4] for events in streams for e in events]
+    got = backfill_frame(spark.createDataFrame(frame), labelled).toPandas()
+    assert max_feature_difference(got, frame, labelled) <= 1e-9
+    folder = tmp_path_factory.mktemp("spark-labels")
+    frame.to_parquet(folder / "raw.parquet", index=False)
+    backfill_duckdb(folder / "raw.parquet", folder / "duckdb.parquet", labelled)
+    duck = pd.read_parquet(folder / "duckdb.parquet").set_index("transaction_id").loc[got["transaction_id"]]
+    difference = np.abs(got[labelled.feature_names].to_numpy() - duck[labelled.feature_names].to_numpy())
+    assert float(difference.max()) <= 1e-9
 
 
 @pytest.fixture(scope="module")

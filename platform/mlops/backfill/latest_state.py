@@ -8,6 +8,7 @@ instant just before the newest (see :mod:`mlops.features`); this selects exactly
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -19,6 +20,7 @@ from mlops.features import History, to_micros
 
 _MICROS = 1_000_000
 _FETCH_ROWS = 100_000
+LABEL = "__label"
 
 
 def latest_state_sql(contract: DataContract, view: FeatureViewSpec, source: str, end_us: int,
@@ -26,6 +28,8 @@ def latest_state_sql(contract: DataContract, view: FeatureViewSpec, source: str,
     """SQL: the kept events (key, time, id, values) of every entity with an event in (start, end]."""
     key, row_id = quoted(contract.entity(view.entity).join_key), quoted(contract.id_column)
     values = "".join(f", CAST({quoted(c)} AS DOUBLE) AS {quoted(c)}" for c in view.value_columns)
+    if view.uses_labels:  # offline every label is known
+        values += f", CAST({quoted(contract.label_column)} AS DOUBLE) AS {LABEL}"
     horizon = int(view.history_horizon.total_seconds() * _MICROS)
     touched = "" if start_us is None else f" HAVING max(t) > {start_us}"
     return f"""
@@ -47,11 +51,12 @@ def latest_histories(offline: Path, contract: DataContract, view: FeatureViewSpe
     pending: list[tuple[str, History]] = []
     current: str | None = None
     rows: list[tuple[int, str, tuple[float, ...]]] = []
+    kept = [*view.value_columns, *([LABEL] if view.uses_labels else [])]
     with connection(offline.parent / f".{view.view_name}.spill") as con:
         reader = con.sql(sql).to_arrow_reader(_FETCH_ROWS)
         for chunk in reader:
             columns = chunk.to_pydict()
-            value_lists = [columns[c] for c in view.value_columns]
+            value_lists = [columns[c] for c in kept]
             for i, (entity, t, event_id) in enumerate(zip(columns["k"], columns["t"], columns["id"], strict=True)):
                 entity = str(entity)
                 if entity != current:
@@ -69,5 +74,8 @@ def latest_histories(offline: Path, contract: DataContract, view: FeatureViewSpe
 
 
 def _history(view: FeatureViewSpec, rows: list[tuple[int, str, tuple[float, ...]]]) -> History:
+    """A history from (time, id, (*values, label if the view keeps labels)) rows; a NULL label is unknown."""
+    labels = tuple(math.nan if r[2][-1] is None else r[2][-1] for r in rows) if view.uses_labels else ()
     return History(ids=tuple(r[1] for r in rows), times=tuple(r[0] for r in rows),
-                   values={c: tuple(r[2][i] for r in rows) for i, c in enumerate(view.value_columns)})
+                   values={c: tuple(r[2][i] for r in rows) for i, c in enumerate(view.value_columns)},
+                   labels=labels)

@@ -5,7 +5,9 @@ every window feature is a Spark window over the entity's rows ordered by epoch m
 ``rangeBetween(-window_us, -1)`` on those integers is exactly [t - window, t), so the current
 transaction and every other of its instant are excluded whatever order ties arrive in.
 ``seconds_since_previous`` is the entity's latest earlier instant (unbounded preceding .. -1), capped
-at its window. The time features repeat :func:`mlops.features.time_feature_values`'s floating-point
+at its window. A label feature sums (and counts) the 0/1 label over
+``rangeBetween(-(delay + window), -(delay + 1))``, exactly [t - delay - window, t - delay). The
+time features repeat :func:`mlops.features.time_feature_values`'s floating-point
 operations on the same microseconds.
 
 Runs in the active SparkSession (``spark-submit`` configures it on a cluster) or starts a local one.
@@ -107,7 +109,8 @@ def backfill_frame(frame: DataFrame, contract: DataContract) -> DataFrame:
     columns: dict[str, Column] = {}
     for view in contract.feature_views:
         by_entity = Window.partitionBy(contract.entity(view.entity).join_key).orderBy(_T_US)
-        columns |= {feature.name: _window_feature(feature, by_entity) for feature in view.features}
+        columns |= {feature.name: _window_feature(feature, by_entity, contract.label_column)
+                    for feature in view.features}
     columns |= _time_features(contract.time_features)
     result = with_micros.withColumns(columns)
     if nanos:  # written back as a timestamp (microseconds, as every feature saw it)
@@ -146,11 +149,20 @@ def load_onnx(model_onnx: bytes) -> OnnxModel:
             raise InputError(f"the model is not a loadable ONNX graph: {exc}") from exc
 
 
-def _window_feature(feature: FeatureSpec, by_entity: WindowSpec) -> Column:
+def _window_feature(feature: FeatureSpec, by_entity: WindowSpec, label: str) -> Column:
     from pyspark.sql import functions as sf
     from pyspark.sql.window import Window
 
     window_us = int(feature.window_delta.total_seconds() * _MICROS)  # as mlops.features computes it
+    if feature.is_label:
+        delay_us = int(feature.delay_delta.total_seconds() * _MICROS)
+        seen = by_entity.rangeBetween(-(delay_us + window_us), -(delay_us + 1))
+        labels = sf.col(label).cast("double")
+        positives = sf.coalesce(sf.sum(labels).over(seen), sf.lit(0.0))
+        if feature.agg == "label_count":
+            return positives
+        known = sf.count(labels).over(seen)
+        return sf.when(known == 0, sf.lit(0.0)).otherwise(positives / known.cast("double"))
     if feature.agg == "seconds_since_previous":
         previous = sf.max(_T_US).over(by_entity.rangeBetween(Window.unboundedPreceding, -1))
         cap = sf.lit(window_us / _MICROS)
@@ -202,6 +214,7 @@ def _event_micros(frame: DataFrame, column: str) -> Column:
 def _raw_columns(contract: DataContract) -> list[str]:
     keys = [contract.entity(view.entity).join_key for view in contract.feature_views]
     values = [c for view in contract.feature_views for c in view.value_columns]
+    values += [contract.label_column] if any(view.uses_labels for view in contract.feature_views) else []
     return list(dict.fromkeys([contract.id_column, contract.timestamp_column, *keys, *values]))
 
 

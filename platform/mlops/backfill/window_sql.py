@@ -7,6 +7,10 @@ every other row of the same instant, so ties need no special case. ``seconds_sin
 the newest earlier instant (``UNBOUNDED PRECEDING AND 1 PRECEDING``), capped at its window; an
 empty window gives 0 and the cap, as for an entity nobody has seen. Sums use DuckDB's ``fsum``
 (compensated), so they match the exactly rounded ``math.fsum`` of the online path to ~1e-15.
+
+A label feature (``label_count``, ``label_rate``) aggregates the contract's 0/1 label over the events
+in [t - delay - window, t - delay): the frame ``RANGE BETWEEN delay + window PRECEDING AND delay + 1
+PRECEDING``. Offline every label is known; a NULL label is skipped, as online skips one not yet delivered.
 """
 
 from __future__ import annotations
@@ -28,8 +32,8 @@ def _window_us(feature: FeatureSpec) -> int:
     return int(feature.window_delta.total_seconds() * _MICROS)
 
 
-def _frame(key: str, preceding: str) -> str:
-    return f"OVER (PARTITION BY {quoted(key)} ORDER BY {TIME_COLUMN} RANGE BETWEEN {preceding} AND 1 PRECEDING)"
+def _frame(key: str, preceding: str, following: str = "1 PRECEDING") -> str:
+    return f"OVER (PARTITION BY {quoted(key)} ORDER BY {TIME_COLUMN} RANGE BETWEEN {preceding} AND {following})"
 
 
 def _value(expression: str, events_only: bool) -> str:
@@ -37,8 +41,24 @@ def _value(expression: str, events_only: bool) -> str:
     return f"CASE WHEN {EVENT_FLAG} THEN {expression} END" if events_only else expression
 
 
-def window_feature_sql(feature: FeatureSpec, key: str, *, events_only: bool = False) -> str:
-    """One window feature of one row, as a DOUBLE expression."""
+def _label_feature_sql(feature: FeatureSpec, key: str, label: str, events_only: bool) -> str:
+    delay_us = int(feature.delay_delta.total_seconds() * _MICROS)
+    frame = _frame(key, f"{delay_us + _window_us(feature)} PRECEDING", f"{delay_us + 1} PRECEDING")
+    value = _value(f"CAST({quoted(label)} AS DOUBLE)", events_only)
+    positives = f"coalesce(sum({value}) {frame}, 0.0)"
+    if feature.agg == "label_count":
+        return positives
+    known = f"count({value}) {frame}"
+    return f"CASE WHEN {known} = 0 THEN 0.0 ELSE {positives} / {known} END"
+
+
+def window_feature_sql(feature: FeatureSpec, key: str, *, events_only: bool = False,
+                       label: str | None = None) -> str:
+    """One window feature of one row, as a DOUBLE expression (``label``: the contract's label column)."""
+    if feature.is_label:
+        if label is None:
+            raise ValueError(f"feature {feature.name!r} aggregates the label: name the label column")
+        return _label_feature_sql(feature, key, label, events_only)
     if feature.agg == "seconds_since_previous":
         cap = _window_us(feature) / _MICROS
         previous = f"max({_value(TIME_COLUMN, events_only)}) {_frame(key, 'UNBOUNDED PRECEDING')}"
@@ -80,7 +100,8 @@ def feature_selects(contract: DataContract, *, events_only: bool = False) -> lis
     With ``events_only`` the rows with a false ``__is_event`` are asked about but never aggregated
     (features at arbitrary moments against a table of events).
     """
-    selects = [f"{window_feature_sql(f, view_key(contract, view), events_only=events_only)} AS {quoted(f.name)}"
-               for view in contract.feature_views for f in view.features]
+    label = contract.label_column
+    selects = [f"{window_feature_sql(f, view_key(contract, v), events_only=events_only, label=label)} "
+               f"AS {quoted(f.name)}" for v in contract.feature_views for f in v.features]
     selects += [f"{time_feature_sql(name)} AS {quoted(name)}" for name in contract.time_features]
     return selects
