@@ -25,6 +25,7 @@ from mlops.features import (
     append_event,
     decode_history,
     merge_histories,
+    set_labels,
     stored_fields,
     to_micros,
 )
@@ -62,6 +63,15 @@ class OnlineEvent:
     event_id: str
     moment: datetime
     values: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class LabelledEvent:
+    """A delivered label: the event's id, its entities' keys (as the request carried them) and the 0/1 label."""
+
+    keys: Mapping[str, str]
+    event_id: str
+    label: float
 
 
 class OnlineRows(Protocol):
@@ -149,6 +159,37 @@ class OnlineFeatures:
                 self.rows.write([self._row(self._views[name], entity, history)
                                  for (name, entity), history in changed.items()])
         return seen
+
+    def record_labels(self, events: Sequence[LabelledEvent]) -> int:
+        """Set each delivered label on its event in the histories of the event's entities, for the
+        views with label features; the number of histories that changed.
+
+        Idempotent (a label delivered again changes nothing) and order-free (a label for an event the
+        history no longer keeps, or does not hold yet, is left out). One atomic read-modify-write per
+        batch of entities, as for the write-through; a store error is raised, never skipped.
+        """
+        changed = 0
+        for name, view in self._views.items():
+            if not view.uses_labels:
+                continue
+            key = self._keys[name]
+            by_entity: dict[str, dict[str, float]] = {}
+            for event in events:
+                if key in event.keys:
+                    by_entity.setdefault(str(event.keys[key]), {})[event.event_id] = float(event.label)
+            entities = list(by_entity)
+            for start in range(0, len(entities), _MATERIALIZE_BATCH):
+                batch = entities[start:start + _MATERIALIZE_BATCH]
+                keys = [(key, entity) for entity in batch]
+                with self.entities_locked(keys), _store_call("label write"), self.rows.atomically(keys):
+                    current = self._read_view(view, batch)
+                    updated = [(entity, set_labels(view, history, by_entity[entity]))
+                               for entity, history in zip(batch, current, strict=True)]
+                    rows = [self._row(view, entity, history) for entity, history in updated if history is not None]
+                    if rows:
+                        self.rows.write(rows)
+                        changed += len(rows)
+        return changed
 
     def _row(self, view: FeatureViewSpec, entity: str, history: History) -> OnlineRow:
         return OnlineRow(view.view_name, self._keys[view.view_name], entity, stored_fields(view, history),

@@ -89,18 +89,28 @@ def drift_history_command(
 def labels_ingest_command(
     source: Annotated[Path, typer.Argument(help="CSV/Parquet of ids (transaction_id) and labels (is_fraud).")],
 ) -> None:
-    """Store late labels by transaction id (a later label for the same id replaces the earlier one)."""
+    """Store late labels by transaction id (a later label for the same id replaces the earlier one).
+
+    With label features in the contract, every stored label is then set on its event in the online
+    histories of the event's entities (idempotent: ingesting a file again changes nothing).
+    """
     if not source.is_file():
         _error_exit(f"label file not found: {source}", 2)
     from mlops.contract import load_contract
-    from monitoring.labels import ingest_labels
+    from monitoring.label_features import deliver_labels, uses_labels
+    from monitoring.labels import ingest_labels, read_labels
 
     settings = _settings()
     try:
-        read, stored = ingest_labels(source, load_contract(settings.contract_path), settings.monitoring_dir)
+        contract = load_contract(settings.contract_path)
+        read, stored = ingest_labels(source, contract, settings.monitoring_dir)
+        console.print(f"ingested {read:,} labels from {source}; {stored:,} labels stored")
+        if uses_labels(contract):
+            delivery = deliver_labels(settings, contract, read_labels(settings.monitoring_dir))
+            console.print(f"online label features: {delivery.logged:,} of {delivery.labels:,} labels have a logged "
+                          f"prediction; {delivery.histories:,} entity histories updated")
     except MLOpsError as exc:
         _fail(exc)
-    console.print(f"ingested {read:,} labels from {source}; {stored:,} labels stored")
 
 
 @labels_app.command("quality")
