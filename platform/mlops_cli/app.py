@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from mlops.errors import MLOpsError
+from mlops_cli.contract import contract_app
 from mlops_cli.data import data_app, features_app
 from mlops_cli.init import register as register_init
 from mlops_cli.model import model_app
@@ -32,6 +33,7 @@ app = typer.Typer(help="MLOps platform: data -> validated features -> model -> r
                   no_args_is_help=True, pretty_exceptions_enable=False)
 app.add_typer(data_app, name="data")
 app.add_typer(features_app, name="features")
+app.add_typer(contract_app, name="contract")
 app.add_typer(pipeline_app, name="pipeline")
 app.add_typer(model_app, name="model")
 app.add_typer(drift_app, name="drift")
