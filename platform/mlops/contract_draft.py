@@ -4,7 +4,7 @@ The draft is a starting point a person edits, not a verdict; its header says so.
 in two DuckDB passes over the whole file (no sample), so a few million rows take seconds:
 
 - dtype: int, float, datetime or string from the file's types (a CSV's text is cast value by value:
-  a column is int when every value casts, and keeps string when a value has a leading zero); a
+  a column is int when every value is an integer, and stays string when a value has a leading zero); a
   true/false column becomes a 0/1 int with its spellings. A string column with at most
   ``CATEGORY_CUT`` distinct values that is not an id becomes a category listing them.
 - nullable: the column holds a null.
@@ -113,9 +113,9 @@ def _profile(con: Any, types: dict[str, str]) -> tuple[int, list[_Profile], list
         kind = {"int": "int", "float": "float", "bool": "bool", "datetime": "datetime"}.get(family, "string")
         if family == "text":
             as_int, lead_zero, as_float, as_time, as_bool = (int(counts.pop(0)) for _ in range(5))
-            if non_null == 0:
+            if non_null == 0 or lead_zero:  # 007 is a code, not a number
                 kind = "string"
-            elif as_int == non_null and lead_zero == 0:
+            elif as_int == non_null:
                 kind = "int"
             elif as_float == non_null:
                 kind = "float"
