@@ -103,9 +103,9 @@ def average_precision(labels: np.ndarray, scores: np.ndarray) -> float:
     return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
 
 
-def _scores(group: pd.DataFrame) -> dict[str, float | int]:
+def _scores(group: pd.DataFrame, positive: str) -> dict[str, float | int]:
     truth = group[LABEL].to_numpy(dtype="int64")
-    predicted = (group["decision"] == "fraud").to_numpy()
+    predicted = (group["decision"] == positive).to_numpy()
     tp = int(np.sum(predicted & (truth == 1)))
     precision = tp / int(predicted.sum()) if predicted.any() else 0.0
     recall = tp / int(truth.sum()) if truth.any() else 0.0
@@ -114,8 +114,9 @@ def _scores(group: pd.DataFrame) -> dict[str, float | int]:
             "f1": f1, "pr_auc": average_precision(truth, group["probability"].to_numpy(dtype="float64"))}
 
 
-def quality(labelled: pd.DataFrame, window: str) -> list[QualityRow]:
-    """Precision, recall, F1 and PR-AUC per ``window`` (a pandas frequency such as 1h) and model version."""
+def quality(labelled: pd.DataFrame, window: str, positive: str) -> list[QualityRow]:
+    """Precision, recall, F1 and PR-AUC per ``window`` (a pandas frequency such as 1h) and model version;
+    ``positive`` is the decision that predicts a positive label (the contract's)."""
     if labelled.empty:
         return []
     frame = labelled.assign(window_start=pd.to_datetime(labelled["logged_at"], utc=True).dt.floor(window),
@@ -124,5 +125,5 @@ def quality(labelled: pd.DataFrame, window: str) -> list[QualityRow]:
     for key, group in frame.groupby(["window_start", "model_version", "role"], sort=True):
         start, version, role = cast(tuple[pd.Timestamp, str, str], key)
         rows.append(QualityRow(window_start=start.isoformat(), model_version=str(version), role=str(role),
-                               **_scores(group)))
+                               **_scores(group, positive)))
     return rows

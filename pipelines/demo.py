@@ -83,7 +83,7 @@ def run_demo(settings: Settings, rows: int, console: Console) -> None:
         frame = generate_transactions(rows, seed=settings.seed, contract=contract)
         frame.to_parquet(data_path, index=False)
     console.print(f"[1/4] {rows:,} transactions ({frame[contract.label_column].mean():.2%} fraud) -> {data_path}")
-    run_name = new_run_name()
+    run_name = new_run_name(settings)
     console.print(f"[2/4] running the training pipeline (kfp.local; step logs in {run_log_path(settings, run_name)})",
                   highlight=False)
     outcome = run_pipeline(str(data_path), settings, run_name=run_name,

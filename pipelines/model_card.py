@@ -65,11 +65,11 @@ def render_model_card(report: EvaluationReport, *, model_name: str, version: str
         b = report.behaviour
         verdict = "; ".join(b.failures) or "passed"
         lines += ["", "## Behavioural tests", "",
-                  f"- invariance: changing `{b.invariance_field}` moves the score by at most "
-                  f"{b.invariance_max_abs_diff:.3g}",
-                  f"- direction: scaling {', '.join(b.directional_inputs)} by {b.directional_factor:g} moves the "
-                  f"mean score by {b.directional_mean_delta:+.4f}",
-                  f"- verdict: {_cell(verdict)}"]
+                  f"- invariance: changing {', '.join(f'`{n}`' for n in b.invariance_fields)} moves the score "
+                  f"by at most {b.invariance_max_abs_diff:.3g}"]
+        lines += [f"- direction ({r.direction.replace('_', ' ')}): scaling `{r.input}` by {r.factor:g} moves the "
+                  f"mean score by {r.mean_delta:+.4f}" for r in b.directional]
+        lines += [f"- verdict: {_cell(verdict)}"]
     experiment, run_id = run.info.experiment_id, run.info.run_id
     lines += ["", "## Lineage", "",
               f"- MLflow run: [{run_id}](#/experiments/{experiment}/runs/{run_id}) (its Datasets panel lists "

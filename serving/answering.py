@@ -22,7 +22,6 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from mlops.errors import InputError, MLOpsError
-from mlops.inference import decide
 from mlops.prediction_log import PredictionInputs, PredictionRecord
 from serving.lifecycle import LoadedModel
 from serving.predictor import Predictor, prediction_record
@@ -86,8 +85,9 @@ async def answer_predictions(state: ServiceState, jobs: list[PredictJob]) -> lis
             models = _models_for(state, loaded, gathered)
             probabilities = _score_each(predictor, gathered, models)
             now = time.perf_counter()
-            records = [[prediction_record(m, g, p, request_id=job.request_id, latency_s=now - job.started,
-                                          role="champion" if m is loaded else "canary")
+            decisions = state.contract.decisions
+            records = [[prediction_record(m, g, p, decisions=decisions, request_id=job.request_id,
+                                          latency_s=now - job.started, role="champion" if m is loaded else "canary")
                         for g, p, m in zip(gathered[part], probabilities[part], models[part], strict=True)]
                        for (_, job), part in zip(accepted, parts, strict=True)]
             state.prediction_log.write([record for job_records in records for record in job_records])
@@ -124,7 +124,9 @@ async def answer_inference(state: ServiceState, jobs: list[InferJob]) -> list[In
             results.append(Inference(loaded, probabilities[part]))
             for index, probability in enumerate(probabilities[part]):
                 row = {name: values[index] for name, values in job.columns.items()}
-                records.append(_infer_record(loaded, job, index, row, features, probability, now - job.started))
+                decision = state.contract.decisions.of(probability, loaded.model.threshold)
+                records.append(_infer_record(loaded, job, index, row, features, probability, decision,
+                                             now - job.started))
         state.metrics.scored(now - started, len(probabilities), (r.probability for r in records), with_entities=False)
         state.prediction_log.write(records)
     except Exception as exc:  # noqa: BLE001 - no request of the batch is answered
@@ -161,14 +163,14 @@ def _slices(sizes: Sequence[int]) -> list[slice]:
 
 
 def _infer_record(loaded: LoadedModel, job: InferJob, index: int, row: dict[str, Any], features: frozenset[str],
-                  probability: float, latency: float) -> PredictionRecord:
+                  probability: float, decision: str, latency: float) -> PredictionRecord:
     now = datetime.now(UTC)
     return PredictionRecord.model_construct(  # values already checked against the graph and contract
         event_id=f"{job.id}/{index}", event_timestamp=now, logged_at=now, entities={},
         inputs={k: v for k, v in row.items() if k not in features},
         features={k: float(v) for k, v in row.items() if k in features},
         unknown_entities=[], unknown_categories=[], probability=probability,
-        decision=decide(probability, loaded.model.threshold),
+        decision=decision,
         model_name=loaded.served.name, model_version=loaded.served.version, request_id=job.request_id,
         latency_s=latency,
     )

@@ -15,10 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from mlops.contract import DataContract
+from mlops.contract import DataContract, Decisions
 from mlops.errors import InputError
 from mlops.features import compute_features, unknown_entities
-from mlops.inference import decide
 from mlops.online_features import OnlineEvent, OnlineFeatures
 from mlops.prediction_log import PredictionInputs, PredictionRecord
 from serving.lifecycle import LoadedModel
@@ -38,6 +37,7 @@ class Predictor:
         self.max_clock_skew = max_clock_skew
         self._raw_inputs = contract.raw_inputs
         self._join_keys = [e.join_key for e in contract.entities]
+        self._int_id = contract.key_is_int(contract.id_column)
         self._value_columns = sorted({c for v in contract.feature_views for c in v.value_columns})
         self._categories = {name: frozenset(contract.column(name).categories or ())
                             for name in contract.model_inputs.categorical}
@@ -92,10 +92,15 @@ class Predictor:
         self.metrics.scored(time.perf_counter() - started, len(rows), probabilities, with_entities=True)
         return probabilities
 
+    def _id_value(self, event_id: str) -> int | str:
+        # Keys travel as text inside the service and the log (exact for integers); the answer gives
+        # the id back in the contract's dtype, as it was asked.
+        return int(event_id) if self._int_id else event_id
+
     def answer(self, model: LoadedModel, record: PredictionRecord) -> dict[str, Any]:
         """The domain API's answer for one logged prediction (its model's threshold beside the decision)."""
         return {
-            self.contract.id_column: record.event_id,
+            self.contract.id_column: self._id_value(record.event_id),
             "request_id": record.request_id,
             "probability": record.probability,
             "decision": record.decision,
@@ -108,10 +113,10 @@ class Predictor:
         }
 
 
-def prediction_record(model: LoadedModel, gathered: PredictionInputs, probability: float, *, request_id: str,
-                      latency_s: float | None, role: str = "champion") -> PredictionRecord:
+def prediction_record(model: LoadedModel, gathered: PredictionInputs, probability: float, *, decisions: Decisions,
+                      request_id: str, latency_s: float | None, role: str = "champion") -> PredictionRecord:
     """``gathered`` as ``model`` scored it: the record the log keeps and the answer is made of."""
     return PredictionRecord.model_construct(  # values already validated (see Predictor.gather)
         **gathered.__dict__, logged_at=datetime.now(UTC), probability=probability,
-        decision=decide(probability, model.model.threshold), model_name=model.served.name,
+        decision=decisions.of(probability, model.model.threshold), model_name=model.served.name,
         model_version=model.served.version, request_id=request_id, latency_s=latency_s, role=role)

@@ -12,13 +12,16 @@ from typing import Annotated, Any, Literal
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
 from mlops.contract import DataContract
-from mlops.inference import Decision
 
 _KEY_MAX_LENGTH = 128  # ids and join keys are short codes; bounding them bounds the work per request
 _CATEGORY_MAX_LENGTH = 64
 
 
-def _key_type() -> Any:
+def _key_type(contract: DataContract, name: str) -> Any:
+    """An id or entity key as the contract declares it: an integer (strict: "12" is a client bug, as a
+    string id given as 12 is) or a short string."""
+    if contract.key_is_int(name):
+        return Annotated[int, Field(strict=True, ge=-(2**63), lt=2**63)]
     return Annotated[str, Field(min_length=1, max_length=_KEY_MAX_LENGTH)]
 
 
@@ -43,9 +46,9 @@ def _date_time_text(value: Any) -> Any:
 
 def build_request_model(contract: DataContract) -> type[BaseModel]:
     """The body of ``POST /predict``: one transaction's request fields, typed and bounded."""
-    fields: dict[str, Any] = {contract.id_column: (_key_type(), ...)}
+    fields: dict[str, Any] = {contract.id_column: (_key_type(contract, contract.id_column), ...)}
     for entity in contract.entities:
-        fields[entity.join_key] = (_key_type(), ...)
+        fields[entity.join_key] = (_key_type(contract, entity.join_key), ...)
     # Absent: the transaction happens now (the time the service received it).
     fields[contract.timestamp_column] = (Annotated[AwareDatetime | None, BeforeValidator(_date_time_text)], None)
     for numeric in contract.model_inputs.numeric:
@@ -58,10 +61,12 @@ def build_request_model(contract: DataContract) -> type[BaseModel]:
 def build_response_model(contract: DataContract) -> type[BaseModel]:
     """The body of a successful prediction; the id field is named like the contract's id column."""
     fields: dict[str, Any] = {
-        contract.id_column: (str, ...),
+        contract.id_column: (int if contract.key_is_int(contract.id_column) else str, ...),
         "request_id": (str, Field(description="The X-Request-ID given, or the one the service assigned.")),
         "probability": (float, Field(ge=0.0, le=1.0)),
-        "decision": (Decision, ...),
+        "decision": (Literal[contract.decisions.positive, contract.decisions.negative], Field(  # type: ignore[valid-type]
+            description=f"{contract.decisions.positive!r} when probability >= threshold, "
+                        f"else {contract.decisions.negative!r}.")),
         "threshold": (float, ...),
         "model_name": (str, ...),
         "model_version": (str, ...),

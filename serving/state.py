@@ -55,7 +55,8 @@ class ServiceState:
         try:
             rows = [{**g.inputs, **g.features} for g in gathered]
             probabilities = challenger.model.predict_proba(rows)
-            self.prediction_log.write([prediction_record(challenger, g, float(p), request_id=request_id,
+            self.prediction_log.write([prediction_record(challenger, g, float(p), decisions=self.contract.decisions,
+                                                         request_id=request_id,
                                                          latency_s=None, role="challenger")
                                        for g, p in zip(gathered, probabilities, strict=True)])
         except Exception:  # the shadow model must never disturb the champion's service (a failed log write included)

@@ -17,8 +17,10 @@ from pipelines.cluster import run_on_gpu_queue
 from pipelines.orchestration.declaration import RECORD, STEPS, Step, pipeline_parameters
 from pipelines.orchestration.kfp_components import component
 
-PIPELINE_NAME = "fraud-training"
-PIPELINE_DESCRIPTION = "Raw transactions to a registered fraud model; promotes only a better one."
+# The compiled graph serves every contract (its path is a setting), so its name is the platform's;
+# runs are named after the contract (Settings.pipeline_name).
+PIPELINE_NAME = "model-training"
+PIPELINE_DESCRIPTION = "Raw data under its contract to a registered model; promotes only a better one."
 COMPILED_PIPELINE = Path(__file__).parent.parent / "training_pipeline.yaml"
 
 

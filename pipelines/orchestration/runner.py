@@ -48,8 +48,8 @@ class PipelineOutcome:
     production_version: str | None
 
 
-def new_run_name() -> str:
-    return f"fraud-training-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
+def new_run_name(settings: Settings) -> str:
+    return f"{settings.pipeline_name}-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
 
 
 def run_log_path(settings: Settings, run_name: str) -> Path:
@@ -75,7 +75,7 @@ def run_pipeline(source: str, settings: Settings, *, package: Path = COMPILED_PI
     check_source(source)
     check_tracking_server(settings.resolved_tracking_uri)
     settings = _with_tracking_store(settings)
-    run_name = run_name or new_run_name()
+    run_name = run_name or new_run_name(settings)
     settings.kfp_root.mkdir(parents=True, exist_ok=True)
     failed_steps: list[str] = []
 

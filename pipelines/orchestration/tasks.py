@@ -63,7 +63,7 @@ def ingest_task(context: StepContext, *, source: str, snapshot: Path, run_name: 
     window = resolve_window(since, until, last_weeks)
     experiment_id = registry.ensure_experiment(settings)
     run = mlflow.MlflowClient().create_run(experiment_id, run_name=run_name or None,
-                                           tags={"pipeline": "fraud-training"})
+                                           tags={"pipeline": settings.pipeline_name})
     run_id = run.info.run_id
     with tracked_step(run_id, "ingest"):
         stored = ingest(source, settings.snapshots_dir, contract)
@@ -123,7 +123,7 @@ def start_model_run(settings: Settings, data_run_id: str) -> str:
         data_run = client.get_run(data_run_id)
     except MlflowException as exc:
         raise NotFoundError(f"no MLflow run {data_run_id} (the ingest record's data run): {exc.message}") from exc
-    tags = {MLFLOW_PARENT_RUN_ID: data_run_id, "pipeline": "fraud-training", "entry": "mlops step train",
+    tags = {MLFLOW_PARENT_RUN_ID: data_run_id, "pipeline": settings.pipeline_name, "entry": "mlops step train",
             "dataset_sha256": data_run.data.tags.get("dataset_sha256", "")}
     run = client.create_run(data_run.info.experiment_id, run_name=f"{data_run.info.run_name}{MODEL_RUN_SUFFIX}",
                             tags=tags)
@@ -171,7 +171,8 @@ def evaluation_metrics(report: EvaluationReport) -> dict[str, float]:
         metrics[f"slice_f1/{row.name.replace('=', '_')}"] = row.f1
     if report.behaviour is not None:
         metrics["behaviour_invariance_max_abs_diff"] = report.behaviour.invariance_max_abs_diff
-        metrics["behaviour_directional_mean_delta"] = report.behaviour.directional_mean_delta
+        metrics.update({f"behaviour_directional_mean_delta/{r.input}": r.mean_delta
+                        for r in report.behaviour.directional})
     return metrics
 
 

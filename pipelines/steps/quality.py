@@ -2,12 +2,14 @@
 
 Slices come from the contract (each value of each categorical model input) and from the splits
 (test rows whose entity key never occurs in the training split: "unknown" customers, merchants).
-Behavioural tests score perturbed copies of the test split through the served ONNX graph:
-invariance (a field the model must ignore, the transaction id) and direction (raising a raw amount
-that an entity's mean aggregates, features fixed, must not lower the mean fraud score).
+Behavioural tests score perturbed copies of the test split through the served ONNX graph, as the
+contract declares them (``behaviour``): invariance (fields the model must ignore, the id by default)
+and direction (scaling a raw input, features fixed, must not lower or not raise the mean score).
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -18,7 +20,6 @@ from mlops.contract import DataContract
 from mlops.inference import OnnxModel
 
 _INVARIANCE_TOLERANCE = 1e-6
-_DIRECTIONAL_FACTOR = 3.0
 
 
 class SliceMetrics(BaseModel):
@@ -32,23 +33,40 @@ class SliceMetrics(BaseModel):
     recall: float
 
 
+class DirectionalResult(BaseModel):
+    """One declared directional test: the mean score change when ``input`` is scaled by ``factor``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: str
+    direction: Literal["not_lower", "not_higher"]
+    factor: float
+    mean_delta: float
+
+    @property
+    def failure(self) -> str | None:
+        lowered = self.direction == "not_lower" and self.mean_delta < 0
+        raised = self.direction == "not_higher" and self.mean_delta > 0
+        if not (lowered or raised):
+            return None
+        way = "lowers" if lowered else "raises"
+        return f"scaling {self.input} x{self.factor:g} {way} the mean score by {abs(self.mean_delta):.4f}"
+
+
 class BehaviourReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    invariance_field: str
+    invariance_fields: list[str]
     invariance_max_abs_diff: float
-    directional_inputs: list[str]
-    directional_factor: float
-    directional_mean_delta: float
+    directional: list[DirectionalResult]
 
     @property
     def failures(self) -> list[str]:
         failed = []
         if not self.invariance_max_abs_diff <= _INVARIANCE_TOLERANCE:
-            failed.append(f"score depends on {self.invariance_field} (max change {self.invariance_max_abs_diff:.3g})")
-        if self.directional_mean_delta < 0:
-            failed.append(f"raising {', '.join(self.directional_inputs)} x{self.directional_factor:g} lowers the "
-                          f"mean fraud score by {-self.directional_mean_delta:.4f}")
+            failed.append(f"score depends on {', '.join(self.invariance_fields)} "
+                          f"(max change {self.invariance_max_abs_diff:.3g})")
+        failed += [r.failure for r in self.directional if r.failure is not None]
         return failed
 
 
@@ -95,20 +113,23 @@ def slice_regressions(candidate: list[SliceMetrics], production: list[SliceMetri
     return failed
 
 
-def directional_inputs(contract: DataContract) -> list[str]:
-    """Raw numeric inputs that some entity feature averages: raising one raises it relative to that mean."""
-    raw = {n.name for n in contract.model_inputs.numeric}
-    return sorted({f.column for v in contract.feature_views for f in v.features
-                   if f.agg == "mean" and f.column in raw})
+def _perturbed(values: pd.Series) -> pd.Series | list[str]:
+    """Other values of the same dtype: integers moved far away, anything else replaced by new text."""
+    if pd.api.types.is_integer_dtype(values):
+        return values + 1_000_003
+    return [f"perturbed-{i}" for i in range(len(values))]
 
 
 def behavioural_tests(model: OnnxModel, test: pd.DataFrame, contract: DataContract) -> BehaviourReport:
+    """The contract's declared tests, through the served graph: its invariant fields and directions."""
     base = model.predict_proba(test).astype(np.float64)
-    renamed = test.assign(**{contract.id_column: [f"perturbed-{i}" for i in range(len(test))]})
+    fields = [name for name in contract.invariant_fields if name in test.columns]
+    renamed = test.assign(**{name: _perturbed(test[name]) for name in fields})
     invariance = float(np.max(np.abs(model.predict_proba(renamed) - base), initial=0.0))
-    inputs = directional_inputs(contract)
-    raised = test.assign(**{name: test[name] * _DIRECTIONAL_FACTOR for name in inputs})
-    delta = float(np.mean(model.predict_proba(raised) - base)) if inputs and len(test) else 0.0
-    return BehaviourReport(invariance_field=contract.id_column, invariance_max_abs_diff=invariance,
-                           directional_inputs=inputs, directional_factor=_DIRECTIONAL_FACTOR,
-                           directional_mean_delta=delta)
+    results = []
+    for declared in contract.behaviour.directional:
+        scaled = test.assign(**{declared.input: test[declared.input] * declared.factor})
+        delta = float(np.mean(model.predict_proba(scaled) - base)) if len(test) else 0.0
+        results.append(DirectionalResult(input=declared.input, direction=declared.direction,
+                                         factor=declared.factor, mean_delta=delta))
+    return BehaviourReport(invariance_fields=fields, invariance_max_abs_diff=invariance, directional=results)

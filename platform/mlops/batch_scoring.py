@@ -1,5 +1,5 @@
 """Batch scoring: every row of a file with its point-in-time features (the backfill), the chosen
-version's fraud probability and its decision, the way the service decides.
+version's probability and its decision, the way the service decides.
 
 Columnar and streamed: the features are backfilled to a Parquet file, then scored a record batch
 at a time with ONNX Runtime (no torch) and appended to the output, so memory is bounded by a batch.
@@ -38,7 +38,7 @@ class ScoringSummary(BaseModel):
 
     out: str
     rows: int
-    frauds: int
+    positives: int  # rows decided positive
     model_version: str
     threshold: float
     seconds: float
@@ -64,14 +64,14 @@ def score_file(source: Path, out: Path, contract: DataContract, settings: Settin
         if settings.feature_engine == "spark":
             spark_out = work / "scored.parquet"
             spark_module().score_spark(features, served.onnx_path.read_bytes(), spark_out, contract)
-            rows, frauds = _write_decided(spark_out, _scored_by_spark, staged, model.threshold, served.version,
-                                          progress)
+            rows, positives = _write_decided(spark_out, _scored_by_spark, staged, model.threshold, served.version,
+                                             contract, progress)
         else:
-            rows, frauds = _score_batches(model, features, staged, served.version, progress)
+            rows, positives = _score_batches(model, features, staged, served.version, contract, progress)
         staged.replace(out)  # never a half-written output under the asked name
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return ScoringSummary(out=str(out), rows=rows, frauds=frauds, model_version=served.version,
+    return ScoringSummary(out=str(out), rows=rows, positives=positives, model_version=served.version,
                           threshold=model.threshold, seconds=round(time.perf_counter() - started, 3))
 
 
@@ -85,7 +85,7 @@ def _model(settings: Settings, dest: Path, version: str | None) -> ServedModel:
     return download_serving_model(settings, dest) if version is None else download_version(settings, version, dest)
 
 
-def _score_batches(model: OnnxModel, features: Path, out: Path, version: str,
+def _score_batches(model: OnnxModel, features: Path, out: Path, version: str, contract: DataContract,
                    progress: Progress | None) -> tuple[int, int]:
     """Probability (float64 of the graph's float32, as the service answers), decision and version,
     per record batch of the backfill."""
@@ -98,7 +98,7 @@ def _score_batches(model: OnnxModel, features: Path, out: Path, version: str,
         probability = model.predict_columns(columns).astype(np.float64)
         return pa.Table.from_batches([batch]).append_column(PROBABILITY, pa.array(probability))
 
-    return _write_decided(features, scored, out, model.threshold, version, progress)
+    return _write_decided(features, scored, out, model.threshold, version, contract, progress)
 
 
 def _scored_by_spark(batch: pa.RecordBatch) -> pa.Table:
@@ -109,30 +109,29 @@ def _scored_by_spark(batch: pa.RecordBatch) -> pa.Table:
 
 
 def _write_decided(source: Path, scored: Callable[[pa.RecordBatch], pa.Table], out: Path, threshold: float,
-                   version: str, progress: Progress | None) -> tuple[int, int]:
+                   version: str, contract: DataContract, progress: Progress | None) -> tuple[int, int]:
     """``scored`` of each record batch of ``source`` (a Parquet file or folder) with its decisions
-    (:func:`mlops.inference.decide`, as the service decides) and ``version``, into ``out``."""
+    (the contract's rule, as the service decides) and ``version``, into ``out``."""
     import pyarrow as pa
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
-    from mlops.inference import decide
 
     dataset = ds.dataset(source, format="parquet")
     total = dataset.count_rows()
-    done = frauds = 0
+    done = positives = 0
     writer: pq.ParquetWriter | None = None
     try:
         for batch in dataset.to_batches(batch_size=BATCH_ROWS):
             table = scored(batch)
-            decisions = [decide(p, threshold) for p in table.column(PROBABILITY).to_pylist()]
+            decisions = [contract.decisions.of(p, threshold) for p in table.column(PROBABILITY).to_pylist()]
             table = table.append_column(DECISION, pa.array(decisions, pa.string()))
             table = table.append_column(MODEL_VERSION, pa.array([version] * table.num_rows, pa.string()))
             if writer is None:
                 writer = pq.ParquetWriter(out, table.schema)
             writer.write_table(table)
             done += table.num_rows
-            frauds += decisions.count("fraud")
+            positives += decisions.count(contract.decisions.positive)
             if progress is not None:
                 progress(done, total)
         if writer is None:  # no rows: still a file with the columns (the backfill's have no probability yet)
@@ -144,4 +143,4 @@ def _write_decided(source: Path, scored: Callable[[pa.RecordBatch], pa.Table], o
     finally:
         if writer is not None:
             writer.close()
-    return done, frauds
+    return done, positives

@@ -158,8 +158,45 @@ class NumericInput(_Strict):
 
 class ModelInputs(_Strict):
     numeric: tuple[NumericInput, ...]
-    categorical: tuple[str, ...]
+    categorical: tuple[str, ...] = ()
     log1p_features: tuple[str, ...] = ()
+
+
+class Decisions(_Strict):
+    """What an answer calls a score at or above the threshold (positive) and below it (negative)."""
+
+    positive: str = Field(default="positive", min_length=1, max_length=32)
+    negative: str = Field(default="negative", min_length=1, max_length=32)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Decisions:
+        if self.positive == self.negative:
+            raise ValueError(f"decisions: positive and negative are both {self.positive!r}")
+        return self
+
+    def of(self, probability: float, threshold: float) -> str:
+        """The one decision rule, for every scorer: positive at or above the model's threshold."""
+        return self.positive if probability >= threshold else self.negative
+
+
+class DirectionalTest(_Strict):
+    """A behavioural test: scaling a raw numeric input by ``factor`` (features fixed) must move the
+    mean score in ``direction`` (or not lower it / not raise it)."""
+
+    input: str
+    direction: Literal["not_lower", "not_higher"]
+    factor: float = Field(default=3.0, gt=0)
+
+
+class Behaviour(_Strict):
+    """Behavioural tests evaluate runs on the candidate, declared per data set.
+
+    ``invariant`` fields must not change the score (the id, by default); ``directional`` tests are
+    only those declared: nothing is assumed about what a column means.
+    """
+
+    invariant: tuple[str, ...] | None = None
+    directional: tuple[DirectionalTest, ...] = ()
 
 
 class LabelRate(_Strict):
@@ -179,21 +216,25 @@ class Split(_Strict):
 
 
 class DataContract(_Strict):
-    name: str
+    # Names the data set; the pipeline, experiment and registered model are named after it by default.
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
     id_column: str
     timestamp_column: str
     label_column: str
     entities: tuple[Entity, ...]
     columns: tuple[Column, ...]
-    min_rows: int = Field(ge=1)
-    label_rate: LabelRate
-    unknown_category_tolerance: float = Field(ge=0, lt=1)
+    min_rows: int = Field(default=1, ge=1)
+    label_rate: LabelRate = LabelRate(min=0.0, max=1.0)
+    # Meaningful only with category columns: the share of values outside a column's categories allowed.
+    unknown_category_tolerance: float = Field(default=0.001, ge=0, lt=1)
     # Rows identical in every column (a file appended twice, a replayed batch) double-count events.
     allow_duplicate_rows: bool = False
-    feature_views: tuple[FeatureViewSpec, ...]
+    feature_views: tuple[FeatureViewSpec, ...] = ()
     time_features: tuple[TimeFeature, ...] = ()
     model_inputs: ModelInputs
-    split: Split
+    split: Split = Split(validation_fraction=0.15, test_fraction=0.15)
+    decisions: Decisions = Decisions()
+    behaviour: Behaviour = Behaviour()
 
     @model_validator(mode="after")
     def _references_resolve(self) -> DataContract:
@@ -223,7 +264,23 @@ class DataContract(_Strict):
         for name in self.model_inputs.categorical:
             if self.column(name).dtype != "category":
                 raise ValueError(f"categorical model input {name!r} is not a category column")
+        self._check_keys()
+        self._check_behaviour()
         return self
+
+    def _check_keys(self) -> None:
+        for name in (self.id_column, *(e.join_key for e in self.entities)):
+            if self.column(name).dtype not in ("string", "int"):
+                raise ValueError(f"id or entity key column {name!r} must have dtype string or int")
+
+    def _check_behaviour(self) -> None:
+        raw_numeric = {n.name for n in self.model_inputs.numeric}
+        bad = sorted({t.input for t in self.behaviour.directional} - raw_numeric)
+        if bad:
+            raise ValueError(f"behaviour.directional names inputs that are not raw numeric model inputs: {bad}")
+        undeclared = sorted(set(self.behaviour.invariant or ()) - {c.name for c in self.columns})
+        if undeclared:
+            raise ValueError(f"behaviour.invariant names undeclared columns: {undeclared}")
 
     def column(self, name: str) -> Column:
         for col in self.columns:
@@ -287,6 +344,16 @@ class DataContract(_Strict):
         """sha256 of the contract's canonical JSON: a model exported under another contract differs."""
         canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
+
+    @cached_property
+    def invariant_fields(self) -> list[str]:
+        """Fields the score must not depend on: the declared ones, or the id column."""
+        declared = self.behaviour.invariant
+        return list(declared) if declared is not None else [self.id_column]
+
+    def key_is_int(self, name: str) -> bool:
+        """Whether an id or entity key column holds integers (keys keep the contract's dtype)."""
+        return self.column(name).dtype == "int"
 
     @cached_property
     def request_fields(self) -> list[str]:

@@ -10,7 +10,7 @@ import ctypes
 import functools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 import onnxruntime as ort
@@ -25,13 +25,6 @@ _STRING_TYPE = "tensor(string)"
 _FLOAT_TYPE = "tensor(float)"
 
 Rows: TypeAlias = "pd.DataFrame | Sequence[Mapping[str, Any]]"
-Decision: TypeAlias = Literal["fraud", "legit"]
-
-
-def decide(probability: float, threshold: float) -> Decision:
-    """The one fraud/legit rule, for every scorer (the service's routes, shadow, canary, batch scoring):
-    fraud at or above the model's threshold."""
-    return "fraud" if probability >= threshold else "legit"
 
 
 def cuda_available() -> bool:
@@ -51,7 +44,7 @@ def _providers() -> list[str]:
 
 
 class OnnxModel:
-    """An exported fraud model: raw fields in, probabilities out; threshold from the graph metadata."""
+    """An exported model: raw fields in, probabilities out; threshold from the graph metadata."""
 
     def __init__(self, path: Path | str) -> None:
         options = ort.SessionOptions()
@@ -101,11 +94,11 @@ class OnnxModel:
         return feed
 
     def predict_proba(self, rows: Rows) -> np.ndarray:
-        """Fraud probability per row, shape [N], float32."""
+        """The positive class's probability per row, shape [N], float32."""
         return self._run(self.build_feed(rows))
 
     def predict_columns(self, columns: Mapping[str, Sequence[Any]]) -> np.ndarray:
-        """Fraud probability per row of ``columns`` (input name -> values, equal lengths), shape [N]."""
+        """The positive class's probability per row of ``columns`` (input name -> values, equal lengths), shape [N]."""
         return self._run(self._feed(columns))
 
     def _run(self, feed: dict[str, np.ndarray]) -> np.ndarray:

@@ -32,8 +32,26 @@ _NUMERIC = "numeric"
 _CATEGORICAL = "categorical"
 
 
+class _NumericOnly(torch.nn.Module):
+    """The model of a contract without categorical inputs, with one graph input: torch.export cannot
+    keep a dynamic batch axis on an empty [batch, 0] tensor."""
+
+    def __init__(self, model: FraudMLP) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, numeric: torch.Tensor) -> torch.Tensor:
+        no_categories = torch.zeros(numeric.shape[0], 0, dtype=torch.int64, device=numeric.device)
+        result: torch.Tensor = self.model(numeric, no_categories)
+        return result
+
+
 def _export_torch(model: FraudMLP, n_numeric: int, n_categorical: int) -> onnx.ModelProto:
-    example = (torch.zeros(2, n_numeric), torch.zeros(2, n_categorical, dtype=torch.int64))
+    module: torch.nn.Module = model
+    example: tuple[torch.Tensor, ...] = (torch.zeros(2, n_numeric), torch.zeros(2, n_categorical, dtype=torch.int64))
+    names = [_NUMERIC, _CATEGORICAL]
+    if n_categorical == 0:
+        module, example, names = _NumericOnly(model).eval(), example[:1], names[:1]
     batch = torch.export.Dim.DYNAMIC
     with warnings.catch_warnings():
         # torch's own pytree code trips its deprecation shim; nothing here can change that.
@@ -41,11 +59,11 @@ def _export_torch(model: FraudMLP, n_numeric: int, n_categorical: int) -> onnx.M
             "ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning
         )
         program = torch.onnx.export(
-            model,
+            module,
             example,
-            input_names=[_NUMERIC, _CATEGORICAL],
+            input_names=names,
             output_names=[OUTPUT_NAME],
-            dynamic_shapes=({0: batch}, {0: batch}),
+            dynamic_shapes=tuple({0: batch} for _ in example),
             dynamo=True,
             verbose=False,
         )
@@ -61,7 +79,8 @@ def _field_input(name: str, elem_type: int) -> onnx.ValueInfoProto:
 def _preprocessing_head(
     contract: DataContract, vocabs: dict[str, list[str]], opset: int, ir_version: int
 ) -> onnx.ModelProto:
-    """Raw per-field inputs -> (numeric [batch, k] float32, categorical [batch, c] int64)."""
+    """Raw per-field inputs -> (numeric [batch, k] float32, categorical [batch, c] int64); without
+    categorical inputs only the numeric tensor."""
     numeric = contract.numeric_inputs
     categorical = list(contract.model_inputs.categorical)
     inputs = [_field_input(n, TensorProto.FLOAT) for n in numeric]
@@ -77,11 +96,10 @@ def _preprocessing_head(
             default_int64=UNKNOWN_INDEX,
         ))
         encoded.append(index_name)
-    nodes.append(helper.make_node("Concat", encoded, [_CATEGORICAL], axis=1, name="stack_categorical"))
-    outputs = [
-        helper.make_tensor_value_info(_NUMERIC, TensorProto.FLOAT, [BATCH_DIM, len(numeric)]),
-        helper.make_tensor_value_info(_CATEGORICAL, TensorProto.INT64, [BATCH_DIM, len(categorical)]),
-    ]
+    outputs = [helper.make_tensor_value_info(_NUMERIC, TensorProto.FLOAT, [BATCH_DIM, len(numeric)])]
+    if categorical:
+        nodes.append(helper.make_node("Concat", encoded, [_CATEGORICAL], axis=1, name="stack_categorical"))
+        outputs.append(helper.make_tensor_value_info(_CATEGORICAL, TensorProto.INT64, [BATCH_DIM, len(categorical)]))
     graph = helper.make_graph(nodes, "preprocessing", inputs, outputs)
     opsets = [helper.make_opsetid("", opset), helper.make_opsetid(_ML_DOMAIN, _ML_OPSET)]
     return helper.make_model(graph, opset_imports=opsets, ir_version=ir_version)
@@ -97,17 +115,15 @@ def export_onnx(
     metadata: dict[str, str],
 ) -> Path:
     """Write the model as one ONNX file taking raw fields; returns the path written."""
-    if not contract.model_inputs.categorical:
-        raise ValueError("export needs at least one categorical model input")
     model = model.to("cpu").eval()
     net = _export_torch(model, len(contract.numeric_inputs), len(contract.model_inputs.categorical))
     net = compose.add_prefix(net, _NET_PREFIX, rename_outputs=False)
     opset = next(o.version for o in net.opset_import if o.domain in ("", "ai.onnx"))
     head = _preprocessing_head(contract, vocabs, opset, net.ir_version)
-    merged = compose.merge_models(
-        head, net, io_map=[(_NUMERIC, _NET_PREFIX + _NUMERIC), (_CATEGORICAL, _NET_PREFIX + _CATEGORICAL)],
-        producer_name="mlops.onnx_export",
-    )
+    io_map = [(_NUMERIC, _NET_PREFIX + _NUMERIC)]
+    if contract.model_inputs.categorical:
+        io_map.append((_CATEGORICAL, _NET_PREFIX + _CATEGORICAL))
+    merged = compose.merge_models(head, net, io_map=io_map, producer_name="mlops.onnx_export")
     # merge_models concatenates both opset lists; keep one entry per domain.
     opsets = {o.domain: o.version for o in merged.opset_import}
     del merged.opset_import[:]

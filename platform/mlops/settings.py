@@ -58,6 +58,16 @@ DEPLOYABLE_FIELDS = frozenset({
 })
 
 
+def contract_name(path: Path) -> str:
+    """The ``name`` a contract file gives its data set, or the file's stem when it cannot be read."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError):
+        return Path(path).stem
+    name = raw.get("name") if isinstance(raw, dict) else None
+    return name if isinstance(name, str) and name else Path(path).stem
+
+
 def profile_path(name: str) -> Path:
     return PROFILES_DIR / f"{name}.env"
 
@@ -74,8 +84,8 @@ class Settings(BaseSettings):
     )
     registry_uri: str | None = Field(default=None, description="MLflow registry URI; default = tracking.")
     contract_path: Path = Field(default=BUNDLED_CONTRACT, description="Data contract + feature spec.")
-    experiment: str = "fraud-detection"
-    model_name: str = "fraud-detector"
+    experiment: str = Field(default="", description="MLflow experiment; default: the contract's name.")
+    model_name: str = Field(default="", description="Registered model; default: the contract's name.")
     serving_alias: str = "production"
     promotion_margin: float = Field(default=0.02, ge=0.0, le=1.0,
                                     description="Lower bound of the F1 gain's 95% paired-bootstrap interval needed.")
@@ -146,6 +156,21 @@ class Settings(BaseSettings):
             if "," in (parts.password or ""):
                 raise ValueError("a password with a comma cannot reach Feast's connection string")
         return url
+
+    @model_validator(mode="after")
+    def _names_from_contract(self) -> Self:
+        # The experiment and the registered model are named after the data set unless set. Only the
+        # contract's name is read here; a broken contract is reported by whoever loads it.
+        if not (self.experiment and self.model_name):
+            name = contract_name(self.contract_path)
+            self.experiment = self.experiment or name
+            self.model_name = self.model_name or name
+        return self
+
+    @property
+    def pipeline_name(self) -> str:
+        """The training pipeline's name (KFP pipeline, run names): the registered model's, then -training."""
+        return f"{self.model_name}-training"
 
     @model_validator(mode="after")
     def _redis_needs_url(self) -> Self:

@@ -24,24 +24,26 @@ def generate(
     rows: Annotated[int, typer.Option(min=100, help="Number of transactions.")] = 60_000,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 42,
     scenario: Annotated[str, typer.Option(help="none, a drift (amount_inflation, ...), night_fraud.")] = "none",
-    fraud_rate: Annotated[float, typer.Option(min=0.001, max=0.2, help="Share of fraud.")] = 0.015,
+    fraud_rate: Annotated[float, typer.Option(min=0.001, max=0.2, help="Share of fraud (card-transactions).")] = 0.015,
 ) -> None:
-    """Write seeded synthetic card transactions (columns, categories and ranges from the contract)."""
+    """Write the seeded data of the bundled example whose contract is in use (MLOPS_CONTRACT_PATH)."""
     if out.suffix not in {".parquet", ".csv"}:
         _error_exit(f"--out must end in .parquet or .csv, got {out.name!r}", 2)
     from mlops.contract import load_contract
-    from mlops.data.generator import SCENARIOS, write_transactions
+    from mlops.data.examples import example_generator
+    from mlops.data.generator import SCENARIOS
 
     if scenario not in SCENARIOS:
         _error_exit(f"unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}", 2)
     try:
         contract = load_contract(_settings().contract_path)
+        write = example_generator(contract)
+        with console.status(f"generating {rows:,} rows of {contract.name}"):
+            positive_share = write(out, rows, contract, seed=seed, scenario=scenario, fraud_rate=fraud_rate)
     except MLOpsError as exc:
         _fail(exc)
-    with console.status(f"generating {rows:,} transactions"):
-        fraud_share = write_transactions(out, rows, seed=seed, scenario=scenario,  # type: ignore[arg-type]
-                                         fraud_rate=fraud_rate, contract=contract)
-    console.print(f"wrote {rows:,} transactions ({fraud_share:.2%} fraud) to {out}")
+    console.print(f"wrote {rows:,} rows of {contract.name} ({positive_share:.2%} {contract.decisions.positive}) "
+                  f"to {out}")
 
 
 @data_app.command("ingest")

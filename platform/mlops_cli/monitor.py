@@ -87,9 +87,9 @@ def drift_history_command(
 
 @labels_app.command("ingest")
 def labels_ingest_command(
-    source: Annotated[Path, typer.Argument(help="CSV/Parquet of ids (transaction_id) and labels (is_fraud).")],
+    source: Annotated[Path, typer.Argument(help="CSV/Parquet of the contract's id and label columns.")],
 ) -> None:
-    """Store late labels by transaction id (a later label for the same id replaces the earlier one).
+    """Store late labels by id (a later label for the same id replaces the earlier one).
 
     With label features in the contract, every stored label is then set on its event in the online
     histories of the event's entities (idempotent: ingesting a file again changes nothing).
@@ -131,8 +131,8 @@ def labels_quality_command(
         _fail(exc)
     if not rows:
         console.print("no labelled predictions in the window", highlight=False)
-        hint("store late labels with `mlops labels ingest FILE` (a CSV/Parquet of transaction_id and is_fraud "
-             "for transactions the service answered)")
+        hint("store late labels with `mlops labels ingest FILE` (a CSV/Parquet of the contract's id and label "
+             "columns, for requests the service answered)")
         return
     table = Table("window start", "version", "role", "labelled", "positives", "precision", "recall", "F1", "PR-AUC")
     for row in rows:

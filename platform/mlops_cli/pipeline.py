@@ -94,7 +94,7 @@ def _run_locked(source: str, settings: Settings, run_name: str, verbose: bool, w
 
     from pipelines.orchestration.runner import new_run_name, run_log_path, run_pipeline
 
-    name = run_name or new_run_name()
+    name = run_name or new_run_name(settings)
     logs = run_log_path(settings, name)
     console.print(f"pipeline run {name}; step logs in {logs}", highlight=False)
     since, until, last_weeks = window

@@ -47,6 +47,7 @@ def predict_command(
                                  progress=lambda done, total: bar.update(task, completed=done, total=total))
     except MLOpsError as exc:
         fail(exc)
-    console.print(f"scored {summary.rows:,} transactions with version {summary.model_version} "
-                  f"(threshold {summary.threshold:.3f}): {summary.frauds:,} fraud decisions -> {summary.out} "
+    console.print(f"scored {summary.rows:,} rows with version {summary.model_version} "
+                  f"(threshold {summary.threshold:.3f}): {summary.positives:,} {contract.decisions.positive} decisions "
+                  f"-> {summary.out} "
                   f"in {summary.seconds:.1f} s")

@@ -25,7 +25,7 @@ def test_generate_writes_parquet_and_csv(tmp_path: Path) -> None:
         assert result.exit_code == 0, result.output
         frame = pd.read_parquet(out) if out.suffix == ".parquet" else pd.read_csv(out)
         assert len(frame) == 500
-        assert "wrote 500 transactions" in result.output
+        assert "wrote 500 rows of card-transactions" in result.output
 
 
 @pytest.mark.parametrize(

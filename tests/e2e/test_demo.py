@@ -41,7 +41,7 @@ SUMMARY = re.compile(r"on the whole test split \(([\d,]+) transactions\) the ser
 def test_demo_shows_the_model_at_work_and_stops_the_service(demo: tuple[Path, str]) -> None:
     home, output = demo
     assert "pipeline done: version 1 promoted; production is version 1" in output
-    ready = re.search(r"service ready at (http://127\.0\.0\.1:\d+), serving fraud-detector version 1", output)
+    ready = re.search(r"service ready at (http://127\.0\.0\.1:\d+), serving card-transactions version 1", output)
     assert ready, output[-3000:]
     settings = Settings(home=home)
     model = OnnxModel(registry.download_serving_model(settings, home.parent / "served").onnx_path)

@@ -91,7 +91,7 @@ def test_no_drift_logs_and_exports_info(settings: MonitoringSettings, reference:
     assert (record.level, record.actions, record.model_versions) == ("INFO", ["log"], [version])
     assert not AdminStandIn.calls
     exported = (settings.monitoring_dir / "mlops_drift.prom").read_text()
-    assert f'mlops_drift_level{{feature="amount",model_name="fraud-detector",model_version="{version}"}} 0.0' \
+    assert f'mlops_drift_level{{feature="amount",model_name="card-transactions",model_version="{version}"}} 0.0' \
         in exported
     assert "mlops_monitoring_job_last_success_timestamp_seconds" in exported
     assert Path(record.report_paths[0]).stat().st_size > 10_000
@@ -207,7 +207,7 @@ def test_a_version_without_profile_exits_4(settings: Settings, live: Traffic, wr
     write_log(live("none").iloc[:100], PredictionLog(log_dir(settings)), version="99")
     result = runner.invoke(app, ["drift", "run", "--last", "50"])
     assert result.exit_code == 4, result.output
-    assert "fraud-detector version 99 is not registered" in " ".join(result.output.split())
+    assert "card-transactions version 99 is not registered" in " ".join(result.output.split())
     bad = runner.invoke(app, ["drift", "run", "--since", "yesterday"])
     assert bad.exit_code == 2
     assert "--since must be a duration" in bad.output

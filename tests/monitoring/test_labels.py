@@ -76,7 +76,7 @@ def test_quality_per_window_and_version_matches_scikit_learn(
     assert runner.invoke(app, ["labels", "ingest", str(labels)]).exit_code == 0
 
     rows = quality(join_labels(read_window(log_dir(settings), WindowSpec()), read_labels(settings.monitoring_dir)),
-                   "1h")
+                   "1h", contract.decisions.positive)
     by_version: dict[str, list[QualityRow]] = {}
     for row in rows:
         by_version.setdefault(row.model_version, []).append(row)

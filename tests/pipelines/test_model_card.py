@@ -7,7 +7,7 @@ from mlflow.entities import Param, Run, RunData, RunInfo, RunTag
 from pipelines.model_card import render_model_card
 from pipelines.steps.calibration import CalibrationReport
 from pipelines.steps.evaluate import EvaluationReport, Metrics
-from pipelines.steps.quality import BehaviourReport, SliceMetrics
+from pipelines.steps.quality import BehaviourReport, DirectionalResult, SliceMetrics
 
 SNAPSHOT = "ab12" * 16
 RUN = Run(RunInfo(run_id="r" * 32, experiment_id="4", user_id="me", status="RUNNING", start_time=0, end_time=None,
@@ -26,9 +26,9 @@ def _report(decision: str, reason: str) -> EvaluationReport:
         production_version="2", margin=0.02, decision=decision, reason=reason,  # type: ignore[arg-type]
         calibration=CalibrationReport(brier=0.0123, ece=0.0045, bins=[]),
         slices=[SliceMetrics(name="channel=online", rows=900, positives=30, f1=0.7, precision=0.8, recall=0.62)],
-        behaviour=BehaviourReport(invariance_field="transaction_id", invariance_max_abs_diff=0.0,
-                                  directional_inputs=["amount"], directional_factor=10.0,
-                                  directional_mean_delta=0.031))
+        behaviour=BehaviourReport(invariance_fields=["transaction_id"], invariance_max_abs_diff=0.0,
+                                  directional=[DirectionalResult(input="amount", direction="not_lower", factor=10.0,
+                                                                 mean_delta=0.031)]))
 
 
 def test_the_card_carries_decision_metrics_threshold_data_and_lineage() -> None:

@@ -8,14 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mlops.contract import DataContract
+from mlops.contract import Behaviour, DataContract, DirectionalTest
 from mlops.inference import OnnxModel
 from pipelines.steps.calibration import calibration_report, fit_platt
 from pipelines.steps.evaluate import QualityGates, apply_gates, evaluate
 from pipelines.steps.quality import (
     SliceMetrics,
     behavioural_tests,
-    directional_inputs,
     slice_masks,
     slice_metrics,
     slice_regressions,
@@ -110,12 +109,23 @@ def test_gates_turn_a_promotion_into_a_rejection() -> None:
 
 def test_behavioural_tests_on_the_served_graph(onnx_model: OnnxModel, splits: Splits,
                                                contract: DataContract) -> None:
-    assert directional_inputs(contract) == ["amount"]
     report = behavioural_tests(onnx_model, splits[2], contract)
-    assert report.invariance_field == contract.id_column
+    assert report.invariance_fields == [contract.id_column]
     assert report.invariance_max_abs_diff == 0.0
-    assert report.directional_mean_delta > 0  # a much larger amount than usual looks more like fraud
+    [amount] = report.directional  # the one test the contract declares
+    assert (amount.input, amount.direction, amount.factor) == ("amount", "not_lower", 3.0)
+    assert amount.mean_delta > 0  # a much larger amount than usual looks more like fraud
     assert report.failures == []
+
+
+def test_only_declared_directions_are_tested_and_a_wrong_one_fails(onnx_model: OnnxModel, splits: Splits,
+                                                                   contract: DataContract) -> None:
+    silent = contract.model_copy(update={"behaviour": Behaviour()})
+    assert behavioural_tests(onnx_model, splits[2], silent).directional == []
+    wrong = contract.model_copy(update={"behaviour": Behaviour(directional=(
+        DirectionalTest(input="amount", direction="not_higher", factor=3.0),))})
+    report = behavioural_tests(onnx_model, splits[2], wrong)
+    assert report.failures == [f"scaling amount x3 raises the mean score by {report.directional[0].mean_delta:.4f}"]
 
 
 def test_evaluate_reports_calibration_slices_and_behaviour(onnx_model: OnnxModel, splits: Splits,

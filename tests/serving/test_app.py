@@ -236,7 +236,8 @@ def test_a_probability_equal_to_the_threshold_is_fraud_in_answer_and_log(
                                 features={}, unknown_entities=[], unknown_categories=[])
     below = float(np.nextafter(threshold, 0.0))
     for probability, decision in ((threshold, "fraud"), (below, "legit")):
-        record = prediction_record(loaded, gathered, probability, request_id="r1", latency_s=None)
+        record = prediction_record(loaded, gathered, probability, decisions=predictor.contract.decisions,
+                                   request_id="r1", latency_s=None)
         assert record.decision == decision
         assert predictor.answer(loaded, record)["decision"] == decision
 

@@ -12,7 +12,9 @@ from fastapi.testclient import TestClient
 from served_platform import ServedPlatform
 from typer.testing import CliRunner
 
+from mlops.contract import load_contract
 from mlops.data.generator import generate_transactions
+from mlops.settings import BUNDLED_CONTRACT
 from mlops_cli.app import app
 from serving.app import create_app
 
@@ -93,7 +95,8 @@ def test_spark_scores_get_the_services_decisions_and_the_version(tmp_path: Path)
                        scored / f"part-{part}.parquet")
     (scored / "_SUCCESS").write_text("")
 
-    assert _write_decided(scored, _scored_by_spark, tmp_path / "out.parquet", 0.5, "3", None) == (4, 2)
+    contract = load_contract(BUNDLED_CONTRACT)
+    assert _write_decided(scored, _scored_by_spark, tmp_path / "out.parquet", 0.5, "3", contract, None) == (4, 2)
     out = pd.read_parquet(tmp_path / "out.parquet")
     assert list(out.columns) == ["transaction_id", "probability", "decision", "model_version"]
     assert out["decision"].tolist() == ["legit", "fraud", "legit", "fraud"]

@@ -106,7 +106,7 @@ def test_the_quality_job_reports_canary_and_champion_apart(served: Served) -> No
     # Labels that make the two sides differ: the canary's predictions are all "right" as fraud.
     labels = pd.DataFrame({"event_id": shared["event_id"], "label": (shared["role"] == "canary").astype("int64")})
 
-    rows = {(r.model_version, r.role): r for r in quality(join_labels(shared, labels), "1D")}
+    rows = {(r.model_version, r.role): r for r in quality(join_labels(shared, labels), "1D", "fraud")}
 
     assert set(rows) == {(served.champion, "champion"), (served.candidate, "canary")}
     assert rows[(served.candidate, "canary")].positives == rows[(served.candidate, "canary")].labelled

@@ -101,7 +101,8 @@ def test_the_decision_is_probability_at_or_above_the_threshold(
     [probability] = predictor.score(loaded, [gathered])
     assert probability == amount
     assert (gathered.unknown_entities, gathered.unknown_categories) == (["customer", "merchant"], [])
-    record = prediction_record(loaded, gathered, probability, request_id="r1", latency_s=None)
+    record = prediction_record(loaded, gathered, probability, decisions=predictor.contract.decisions,
+                               request_id="r1", latency_s=None)
     assert record.decision == decision
     assert predictor.answer(loaded, record)["decision"] == decision
 
@@ -112,7 +113,8 @@ def test_answer_and_log_record_carry_the_request_and_the_model(
     gathered = _gather(predictor, request)
     [probability] = predictor.score(loaded, [gathered])
 
-    record = prediction_record(loaded, gathered, probability, request_id="req-9", latency_s=0.012, role="challenger")
+    record = prediction_record(loaded, gathered, probability, decisions=predictor.contract.decisions,
+                               request_id="req-9", latency_s=0.012, role="challenger")
     answer = predictor.answer(loaded, record)
 
     tid, cid, mid = request.transaction_id, request.customer_id, request.merchant_id  # type: ignore[attr-defined]
@@ -131,7 +133,8 @@ def test_answer_and_log_record_carry_the_request_and_the_model(
     assert set(record.features) == set(predictor.contract.feature_names)
     assert (record.unknown_entities, record.unknown_categories) == (["customer", "merchant"], ["merchant_category"])
     assert abs(record.logged_at - datetime.now(UTC)) < timedelta(minutes=1)
-    assert prediction_record(loaded, gathered, probability, request_id="r", latency_s=None).role == "champion"
+    assert prediction_record(loaded, gathered, probability, decisions=predictor.contract.decisions,
+                             request_id="r", latency_s=None).role == "champion"
 
 
 def test_a_known_customer_is_not_flagged_and_its_history_counts(
