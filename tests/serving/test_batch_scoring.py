@@ -39,7 +39,7 @@ def test_batch_scores_equal_the_service_replayed_in_time_order(
     out = tmp_path / "scored.parquet"
     result = CliRunner().invoke(app, ["predict", str(path), "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert f"scored {SAMPLE_ROWS:,} transactions with version {platform_home.version}" in result.output
+    assert f"scored {SAMPLE_ROWS:,} rows with version {platform_home.version}" in result.output
     scored = pd.read_parquet(out).set_index("transaction_id")
     assert len(scored) == SAMPLE_ROWS
     contract = platform_home.contract
