@@ -73,7 +73,8 @@ def test_the_terminal_example_runs_end_to_end_with_integer_ids(own: tuple[Settin
             assert {a.json()["decision"] for a in answers} <= {"fraud", "genuine"}
             text_id = {**request_body(test.iloc[0], contract), "TERMINAL_ID": "3"}
             refused = http.post("/predict", json=text_id)
-            assert refused.status_code == 422 and "TERMINAL_ID" in refused.text
+            assert refused.status_code == 422
+            assert "TERMINAL_ID" in refused.text
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -82,13 +83,15 @@ def test_the_terminal_example_runs_end_to_end_with_integer_ids(own: tuple[Settin
     test[["TRANSACTION_ID", "TX_FRAUD"]].to_csv(labels, index=False)
     _ok(["labels", "ingest", str(labels)])
     quality = _ok(["labels", "quality", "--window", "1D"])
-    assert "PR-AUC" in quality and "no labelled predictions" not in quality
+    assert "PR-AUC" in quality
+    assert "no labelled predictions" not in quality
     drift = _ok(["drift", "run"])
     assert "drift" in drift.lower()
 
     scored = tmp_path / "scored.parquet"
     assert "decisions" in _ok(["predict", str(data_path), "--out", str(scored)])
     out = pd.read_parquet(scored)
-    assert len(out) == len(data) and set(out["decision"]) <= {"fraud", "genuine"}
+    assert len(out) == len(data)
+    assert set(out["decision"]) <= {"fraud", "genuine"}
     assert out["TRANSACTION_ID"].dtype == data["TRANSACTION_ID"].dtype  # the ids keep their dtype
 

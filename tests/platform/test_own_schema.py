@@ -39,7 +39,8 @@ def payments(terminals: DataContract) -> pd.DataFrame:
 def test_fields_that_mean_nothing_for_a_data_set_are_optional(terminals: DataContract) -> None:
     assert terminals.model_inputs.categorical == ()
     assert (terminals.split.validation_fraction, terminals.split.test_fraction) == (0.15, 0.15)
-    assert terminals.key_is_int("TRANSACTION_ID") and terminals.key_is_int("TERMINAL_ID")
+    assert terminals.key_is_int("TRANSACTION_ID")
+    assert terminals.key_is_int("TERMINAL_ID")
     assert terminals.decisions == Decisions(positive="fraud", negative="genuine")
     assert terminals.invariant_fields == ["TRANSACTION_ID"]  # the id, when the contract names none
 
@@ -74,11 +75,13 @@ def test_the_generator_writes_the_contracts_schema_with_fraud_at_terminals(termi
     assert list(frame.columns) == ["TRANSACTION_ID", "TX_DATETIME", "CUSTOMER_ID", "TERMINAL_ID", "TX_AMOUNT",
                                    "TX_FRAUD"]
     assert all(frame[c].dtype == np.int64 for c in ("TRANSACTION_ID", "CUSTOMER_ID", "TERMINAL_ID", "TX_FRAUD"))
-    assert frame["TRANSACTION_ID"].is_unique and frame["TX_DATETIME"].is_monotonic_increasing
+    assert frame["TRANSACTION_ID"].is_unique
+    assert frame["TX_DATETIME"].is_monotonic_increasing
     assert 0.005 < frame["TX_FRAUD"].mean() < 0.05
     # Compromised terminals: fraud concentrates on few terminals, far beyond what chance would give.
     by_terminal = frame.groupby("TERMINAL_ID")["TX_FRAUD"].mean()
-    assert (by_terminal > 0.15).sum() >= 5 and by_terminal.median() == 0
+    assert (by_terminal > 0.15).sum() >= 5
+    assert by_terminal.median() == 0
     assert frame.equals(generate_payments(20_000, terminals, seed=11))  # seeded
 
 
@@ -100,7 +103,8 @@ def test_export_without_categorical_inputs_matches_torch(terminals: DataContract
     assert served.input_names == terminals.numeric_inputs  # numeric fields only
     assert check_parity(model, path, payments, terminals, vocabs, tolerance=1e-5) <= 1e-5
     scores = served.predict_proba(payments.head(7))
-    assert scores.shape == (7,) and np.all((scores >= 0) & (scores <= 1))
+    assert scores.shape == (7,)
+    assert np.all((scores >= 0) & (scores <= 1))
 
 
 def test_the_request_takes_integer_ids_and_the_answer_the_contracts_decisions(terminals: DataContract) -> None:
