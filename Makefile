@@ -30,7 +30,10 @@ demo: setup
 # so its groups are silently ignored. `make test TEST_WORKERS=0` runs in this process, one test after another.
 TEST_SEED ?= 338462761
 TEST_WORKERS ?= 3
+# .ci/system-packages.sh installs the Debian packages whose programs the tests start, when run as root
+# with apt-get; otherwise it says in one line what to install, and those tests skip.
 test: setup validate-infra
+	@.ci/system-packages.sh
 	$(PY) -m pytest --durations=25 -p randomly --randomly-seed=$(TEST_SEED) \
 		-n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 

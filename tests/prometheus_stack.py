@@ -20,7 +20,8 @@ import yaml
 
 PROMETHEUS_DIR = Path(__file__).resolve().parents[1] / "monitoring" / "prometheus"
 BINARIES = {name: shutil.which(name) for name in ("prometheus", "promtool", "prometheus-pushgateway")}
-MISSING_REASON = "needs Prometheus from Debian: apt-get install -y prometheus prometheus-pushgateway (.ci/run does)"
+MISSING_REASON = ("needs Prometheus from Debian: apt-get install -y prometheus prometheus-pushgateway "
+                  "(.ci/system-packages.sh, run by make test, installs it as root)")
 
 
 @dataclass(frozen=True)

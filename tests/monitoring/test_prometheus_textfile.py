@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
 NODE_EXPORTER = shutil.which("prometheus-node-exporter")
 pytestmark = pytest.mark.skipif(not (all(BINARIES.values()) and NODE_EXPORTER),
-                                reason="needs Debian's prometheus, prometheus-pushgateway, prometheus-node-exporter")
+                                reason="needs Debian's prometheus, prometheus-pushgateway, prometheus-node-exporter "
+                                "(.ci/system-packages.sh, run by make test, installs them as root)")
 
 
 @pytest.fixture

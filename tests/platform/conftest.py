@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -19,6 +20,9 @@ def spark() -> Iterator[SparkSession]:
     interpreter, so they import the project (Spark would start `python3`)."""
     from pyspark.sql import SparkSession
 
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("needs a JVM for pyspark: apt-get install -y openjdk-17-jre-headless "
+                    "(.ci/system-packages.sh, run by make test, installs it as root)")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # read once, when the context starts
     session = (SparkSession.builder.master("local[2]").appName("mlops-tests")
                .config("spark.ui.enabled", "false")
