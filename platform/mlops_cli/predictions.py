@@ -2,8 +2,9 @@
 
 Each row is one answer: when it was logged, the transaction, the model version and its role
 (champion, or a challenger's shadow score), the probability, the decision, the latency, and what
-the model saw (the request's inputs and the computed features). ``table`` is for people; ``csv``
-and ``json`` carry every column at full precision, for other tools.
+the model saw (the request's inputs and the computed features). ``table`` is for people, one line
+per answer (what the model saw only with ``--features``); ``csv`` and ``json`` carry every column at
+full precision, for other tools.
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ def show_command(
     output: Annotated[str, typer.Option("--format", metavar="[table|csv|json]",
                                         help="table (for people), csv or json (every column).")] = "table",
     last: Annotated[int, typer.Option(min=0, help="Only the newest N answers (0: all).")] = 50,
+    features: Annotated[bool, typer.Option("--features", help="The table also shows what the model saw "
+                                           "(inputs and features; csv and json always carry them).")] = False,
 ) -> None:
-    """The logged answers, oldest first: features, probability, decision, role and latency."""
+    """The logged answers, oldest first, one line each: times, probability, decision, role and latency."""
     if output not in FORMATS:
         error_exit(f"--format must be one of {', '.join(FORMATS)}, got {output!r}", 2)
     if version is not None and not version.isdigit():
@@ -62,7 +65,7 @@ def show_command(
     elif output == "json":
         sys.stdout.write(json.dumps(frame.to_dict(orient="records"), default=_json_value, indent=1) + "\n")
     else:
-        _print_table(frame)
+        _print_table(frame, with_features=features)
 
 
 def served_answers(frame: pd.DataFrame, version: str | None, last: int) -> pd.DataFrame:
@@ -85,19 +88,33 @@ def _json_value(value: Any) -> Any:
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
-def _print_table(frame: pd.DataFrame) -> None:
+def _print_table(frame: pd.DataFrame, *, with_features: bool) -> None:
+    """One line per answer (cells are cut with an ellipsis rather than wrapped), under one header line;
+    the count goes to stderr. What the model saw, a long cell, only when asked for."""
     from rich.table import Table
 
-    table = Table("logged at (UTC)", "transaction", "version", "role", "probability", "decision", "latency ms",
-                  "inputs and features", title=f"{len(frame):,} answers")
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for name in ("logged at (UTC)", "event time (UTC)", "transaction", "version", "role", "probability",
+                 "decision", "latency ms"):
+        table.add_column(name, no_wrap=True, overflow="ellipsis")
+    if with_features:
+        table.add_column("inputs and features", overflow="fold")
     seen = [c for c in frame.columns if c not in _ANSWER_COLUMNS]
     for values in frame.to_dict(orient="records"):
         latency = values["latency_ms"]
-        table.add_row(f"{values['logged_at']:%Y-%m-%d %H:%M:%S}", str(values["event_id"]), str(values["model_version"]),
-                      str(values["role"]), f"{values['probability']:.4f}", str(values["decision"]),
-                      "" if latency != latency else f"{latency:.1f}",  # NaN: a challenger's shadow score
-                      ", ".join(f"{name}={_short(values[name])}" for name in seen))
-    console.print(table)
+        row = [_time(values["logged_at"]), _time(values["event_timestamp"]), str(values["event_id"]),
+               str(values["model_version"]), str(values["role"]), f"{values['probability']:.4f}",
+               str(values["decision"]), "" if latency != latency else f"{latency:.1f}"]  # NaN: a shadow score
+        if with_features:
+            row.append(", ".join(f"{name}={_short(values[name])}" for name in seen))
+        table.add_row(*row)
+    err_console.print(f"{len(frame):,} answers, oldest first"
+                      + ("" if with_features else " (--features: what the model saw)"), highlight=False)
+    console.print(table, soft_wrap=False)
+
+
+def _time(value: Any) -> str:
+    return "" if value is None or value != value else f"{value:%Y-%m-%d %H:%M:%S}"
 
 
 def _short(value: Any) -> str:

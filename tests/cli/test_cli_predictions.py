@@ -92,3 +92,30 @@ def test_a_version_with_no_answers_says_how_to_send_some(home: Path) -> None:
     as_json = runner.invoke(app, ["predictions", "show", "--version", "9", "--format", "json"])
     assert json.loads(as_json.stdout) == []
     assert "hint: send some" in " ".join(as_json.stderr.split())
+
+
+def test_the_table_is_one_line_per_answer_with_the_event_time_and_features_on_request(home: Path) -> None:
+    """50 answers with a dozen features each: a header and 50 lines (the features, which once made each
+    answer 17-19 lines, only with --features), each line carrying its event time."""
+    records = [_record(n, version="3", age=timedelta(minutes=50 - n), probability=n / 50) for n in range(50)]
+    for record in records:
+        record.features.update({f"merchant_window_feature_{k}": 1.0 / (k + 1) for k in range(12)})
+        record.event_timestamp = record.logged_at - timedelta(days=2)
+    _write(home, records)
+    shown = runner.invoke(app, ["predictions", "show", "--since", "1h"])
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()
+    assert len(lines) == 1 + len(records), shown.stdout
+    assert "event time (UTC)" in lines[0]
+    for line, record in zip(lines[1:], records, strict=True):
+        assert record.event_id in line.split()
+        assert f"{record.event_timestamp:%Y-%m-%d %H:%M:%S}" in line
+        assert f"{record.logged_at:%Y-%m-%d %H:%M:%S}" in line
+    assert "merchant_window_feature" not in shown.stdout
+    assert "50 answers" in shown.stderr
+    assert "--features" in shown.stderr
+
+    with_features = runner.invoke(app, ["predictions", "show", "--since", "1h", "--features"])
+    assert with_features.exit_code == 0, with_features.output
+    assert "merchant_window_feature_11=" in with_features.stdout
+    assert len(with_features.stdout.splitlines()) > len(lines)
