@@ -18,7 +18,7 @@ import torch
 from train_input_path import Batch, synthetic, tensor_slices
 
 from mlops.contract import load_contract
-from mlops.model import FraudMLP, fit_vocabularies
+from mlops.model import TabularMLP, fit_vocabularies
 from mlops.settings import BUNDLED_CONTRACT
 
 
@@ -31,7 +31,7 @@ def _sample_utilisation(stop: threading.Event, readings: list[float]) -> None:
         time.sleep(0.2)
 
 
-def run(data: Batch, model: FraudMLP, batch_size: int, seconds: float, bf16: bool) -> tuple[float, float, float]:
+def run(data: Batch, model: TabularMLP, batch_size: int, seconds: float, bf16: bool) -> tuple[float, float, float]:
     """(samples/s, mean utilisation %, peak memory MiB) over about ``seconds`` of training."""
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = torch.nn.BCEWithLogitsLoss()
@@ -81,7 +81,7 @@ def main() -> int:
         fp32_rate = 0.0
         for bf16 in (False, True):
             torch.manual_seed(0)
-            model = FraudMLP.for_contract(contract, vocabs, hidden=hidden).to(device)
+            model = TabularMLP.for_contract(contract, vocabs, hidden=hidden).to(device)
             run(data, model, batch_size, 2.0, bf16)  # warm-up: kernels, allocator
             rate, utilisation, peak = run(data, model, batch_size, args.seconds, bf16)
             fp32_rate = fp32_rate or rate

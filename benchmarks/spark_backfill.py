@@ -43,12 +43,12 @@ def seeded_model_onnx(features: pd.DataFrame, contract: DataContract, path: Path
     """An exported untrained model (seed 0) whose scaler saw ``features``: its scores vary row by row."""
     import torch
 
-    from mlops.model import FraudMLP, encode, fit_vocabularies
+    from mlops.model import TabularMLP, encode, fit_vocabularies
     from mlops.onnx_export import export_onnx
 
     vocabs = fit_vocabularies(contract)
     torch.manual_seed(0)
-    net = FraudMLP.for_contract(contract, vocabs)
+    net = TabularMLP.for_contract(contract, vocabs)
     net.fit_scaler(encode(features, contract, vocabs)[0])
     return export_onnx(net.eval(), contract, vocabs, path, threshold=0.5, metadata={}).read_bytes()
 

@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from mlops.contract import load_contract
-from mlops.model import FraudMLP, fit_vocabularies
+from mlops.model import TabularMLP, fit_vocabularies
 from mlops.settings import BUNDLED_CONTRACT
 
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -49,7 +49,7 @@ def data_loader(workers: int) -> Callable[[Batch, int, int], Iterator[Batch]]:
     return batches
 
 
-def samples_per_s(batches: Callable[[Batch, int, int], Iterator[Batch]], data: Batch, model: FraudMLP,
+def samples_per_s(batches: Callable[[Batch, int, int], Iterator[Batch]], data: Batch, model: TabularMLP,
                   batch_size: int, epochs: int) -> float:
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = torch.nn.BCEWithLogitsLoss()
@@ -88,7 +88,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for name, batches in paths:
             torch.manual_seed(0)
-            model = FraudMLP.for_contract(contract, vocabs).to(device)
+            model = TabularMLP.for_contract(contract, vocabs).to(device)
             samples_per_s(batches, warm_up, model, args.batch_size, 1)  # lazy initialisation, worker start-up
             rate = samples_per_s(batches, data, model, args.batch_size, args.epochs)
             best[name] = max(best.get(name, 0.0), rate)

@@ -11,7 +11,7 @@ hits them alike, best of the rounds kept:
   their hashes, the scaler, every epoch's validation, Platt calibration, threshold, ``model.pt``),
   rows x epochs / its wall time;
 - train step, loop: the step's own per-epoch samples/s (what MLflow shows under ``system/``);
-- bare loop: the 64-32 FraudMLP, Adam and BCE-with-logits over index slices of the same tensors,
+- bare loop: the 64-32 TabularMLP, Adam and BCE-with-logits over index slices of the same tensors,
   nothing else.
 
 Prints one table with the ratios and the process's peak resident memory. No assertions.
@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 import torch
 
 from mlops.contract import DataContract, load_contract
-from mlops.model import FraudMLP, fit_vocabularies
+from mlops.model import TabularMLP, fit_vocabularies
 from mlops.settings import BUNDLED_CONTRACT, Settings
 from pipelines.splits import split_paths
 from pipelines.training.data import read_split
@@ -57,7 +57,7 @@ def write_splits(folder: Path, contract: DataContract, train_rows: int, seed: in
     return split_paths(folder)
 
 
-def bare_loop(data: tuple[torch.Tensor, torch.Tensor, torch.Tensor], model: FraudMLP, batch_size: int,
+def bare_loop(data: tuple[torch.Tensor, torch.Tensor, torch.Tensor], model: TabularMLP, batch_size: int,
               epochs: int) -> float:
     numeric, categorical, labels = data
     optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
@@ -113,7 +113,7 @@ def main() -> None:
             for _ in range(args.rounds):
                 step, loop = train_step(paths, work, params, args.epochs)
                 torch.manual_seed(0)
-                bare = bare_loop(tensors, FraudMLP.for_contract(contract, vocabs), batch_size, args.epochs)
+                bare = bare_loop(tensors, TabularMLP.for_contract(contract, vocabs), batch_size, args.epochs)
                 best_step, best_loop, best_bare = max(best_step, step), max(best_loop, loop), max(best_bare, bare)
             rows.append((batch_size, best_step, best_loop, best_bare))
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

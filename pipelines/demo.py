@@ -19,7 +19,7 @@ from rich.table import Table
 
 from feature_repo.store import materialize_online
 from mlops.contract import DataContract, load_contract
-from mlops.data.generator import generate_transactions
+from mlops.data.examples import example_generator
 from mlops.errors import MLOpsError
 from mlops.settings import Settings
 from pipelines.demo_replay import pick_samples, replay, summary_line, with_outcomes
@@ -77,12 +77,13 @@ def run_demo(settings: Settings, rows: int, console: Console) -> None:
     contract = load_contract(settings.contract_path)
     demo_dir = settings.resolved_home / "demo"
     demo_dir.mkdir(parents=True, exist_ok=True)
-    data_path = demo_dir / f"transactions-{rows}-seed{settings.seed}.parquet"
+    data_path = demo_dir / f"{contract.name}-{rows}-seed{settings.seed}.parquet"
     started = time.monotonic()
-    with console.status(f"[1/4] generating {rows:,} transactions"):
-        frame = generate_transactions(rows, seed=settings.seed, contract=contract)
-        frame.to_parquet(data_path, index=False)
-    console.print(f"[1/4] {rows:,} transactions ({frame[contract.label_column].mean():.2%} fraud) -> {data_path}")
+    generate = example_generator(contract)
+    with console.status(f"[1/4] generating {rows:,} rows of {contract.name}"):
+        share = generate(data_path, rows, contract, seed=settings.seed, scenario="none", fraud_rate=0.015)
+        frame = pd.read_parquet(data_path)
+    console.print(f"[1/4] {rows:,} rows of {contract.name} ({share:.2%} {contract.decisions.positive}) -> {data_path}")
     run_name = new_run_name(settings)
     console.print(f"[2/4] running the training pipeline (kfp.local; step logs in {run_log_path(settings, run_name)})",
                   highlight=False)
@@ -108,7 +109,7 @@ def run_demo(settings: Settings, rows: int, console: Console) -> None:
         console.print(f"[4/4] service ready at {base_url}, serving {health.get('model_name')} "
                       f"version {health.get('model_version')}")
         test = time_split(frame, contract)["test"]
-        with console.status(f"[4/4] replaying the test split ({len(test):,} transactions) through the service"), \
+        with console.status(f"[4/4] replaying the test split ({len(test):,} rows) through the service"), \
                 httpx.Client(base_url=base_url, timeout=60) as http:
             answered = with_outcomes(replay(http, test, contract), contract)
         print_answers(console, answered, contract)
@@ -122,15 +123,17 @@ def run_demo(settings: Settings, rows: int, console: Console) -> None:
 def print_answers(console: Console, answered: pd.DataFrame, contract: DataContract) -> None:
     """The sample table (threshold in its title), then the whole split's catch rate and false alarms."""
     threshold = float(answered["threshold"].iloc[0])
-    table = Table("transaction", "amount", "category", "channel", "country", "actual", "probability",
-                  "decision", "outcome", "model version",
-                  title=f"sample answers from the test split: fraud when probability >= threshold {threshold:.3f}")
+    decisions = contract.decisions
+    table = Table(contract.id_column, *contract.raw_inputs, "actual", "probability", "decision", "outcome",
+                  "model version", title=f"sample answers from the test split: {decisions.positive} when "
+                                         f"probability >= threshold {threshold:.3f}")
     for _, row in pick_samples(answered, contract).iterrows():
-        table.add_row(str(row[contract.id_column]), f"{row['amount']:.2f}", str(row["merchant_category"]),
-                      str(row["channel"]), str(row["country"]), "fraud" if row[contract.label_column] else "legit",
+        raw = [f"{row[n]:.2f}" if isinstance(row[n], float) else str(row[n]) for n in contract.raw_inputs]
+        table.add_row(str(row[contract.id_column]), *raw,
+                      decisions.positive if row[contract.label_column] else decisions.negative,
                       f"{row['probability']:.4f}", str(row["decision"]), str(row["outcome"]), str(row["model_version"]))
     console.print(table)
-    console.print(summary_line(answered), highlight=False)
+    console.print(summary_line(answered, decisions), highlight=False)
 
 
 def print_next_steps(console: Console, settings: Settings) -> None:

@@ -1,22 +1,19 @@
 """The demo's last step: replay the test split through the running service in time order, then
-show what the model does on it, with samples chosen so that caught frauds, a missed fraud and a
-false alarm all appear when the model made them, and one line for the whole split."""
+show what the model does on it, with samples chosen so that caught positives, a missed one and a
+false alarm all appear when the model made them, and one line for the whole split. Outcomes are named
+with the contract's decisions ("caught fraud", "missed fraud", "false alarm", "legit")."""
 
 from __future__ import annotations
-
-from typing import Literal
 
 import httpx
 import numpy as np
 import pandas as pd
 
-from mlops.contract import DataContract
+from mlops.contract import DataContract, Decisions
 from mlops.errors import MLOpsError
 
 BATCH = 200  # within the service's /predict/batch limit; a batch is answered in order
-# How many of each outcome the sample table shows (fewer when the model made fewer).
-SAMPLES = {"caught fraud": 3, "missed fraud": 1, "false alarm": 1, "legit": 3}
-Outcome = Literal["caught fraud", "missed fraud", "false alarm", "legit"]
+FALSE_ALARM = "false alarm"
 
 
 def request_body(row: pd.Series, contract: DataContract) -> dict[str, object]:
@@ -45,28 +42,37 @@ def replay(http: httpx.Client, test: pd.DataFrame, contract: DataContract) -> pd
     return pd.concat([ordered, answered], axis=1)
 
 
-def outcome(actual: int, decision: str) -> Outcome:
+def sample_quota(decisions: Decisions) -> dict[str, int]:
+    """How many of each outcome the sample table shows (fewer when the model made fewer)."""
+    return {f"caught {decisions.positive}": 3, f"missed {decisions.positive}": 1, FALSE_ALARM: 1,
+            decisions.negative: 3}
+
+
+def outcome(actual: int, decision: str, decisions: Decisions) -> str:
+    positive = decisions.positive
     if actual:
-        return "caught fraud" if decision == "fraud" else "missed fraud"
-    return "false alarm" if decision == "fraud" else "legit"
+        return f"caught {positive}" if decision == positive else f"missed {positive}"
+    return FALSE_ALARM if decision == positive else decisions.negative
 
 
 def with_outcomes(answered: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
-    outcomes = [outcome(int(a), str(d)) for a, d in zip(answered[contract.label_column], answered["decision"],
-                                                         strict=True)]
+    outcomes = [outcome(int(a), str(d), contract.decisions)
+                for a, d in zip(answered[contract.label_column], answered["decision"], strict=True)]
     return answered.assign(outcome=outcomes)
 
 
 def pick_samples(answered: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
-    """The first few answers of each outcome (see SAMPLES), in time order."""
-    picked = [answered[answered["outcome"] == kind].head(count) for kind, count in SAMPLES.items()]
+    """The first few answers of each outcome (see :func:`sample_quota`), in time order."""
+    picked = [answered[answered["outcome"] == kind].head(count)
+              for kind, count in sample_quota(contract.decisions).items()]
     return pd.concat(picked).sort_values(contract.timestamp_column, kind="stable")
 
 
-def summary_line(answered: pd.DataFrame) -> str:
+def summary_line(answered: pd.DataFrame, decisions: Decisions) -> str:
     counts = answered["outcome"].value_counts()
-    caught, missed, alarms = (int(counts.get(k, 0)) for k in ("caught fraud", "missed fraud", "false alarm"))
-    frauds, legit = caught + missed, len(answered) - caught - missed
-    rate = f" ({caught / frauds:.0%})" if frauds else ""
-    return (f"on the whole test split ({len(answered):,} transactions) the service caught {caught} of {frauds} "
-            f"frauds{rate} and raised {alarms} false alarms among {legit:,} legitimate transactions")
+    positive = decisions.positive
+    caught, missed, alarms = (int(counts.get(k, 0)) for k in (f"caught {positive}", f"missed {positive}", FALSE_ALARM))
+    positives, negatives = caught + missed, len(answered) - caught - missed
+    rate = f" ({caught / positives:.0%})" if positives else ""
+    return (f"on the whole test split ({len(answered):,} rows) the service caught {caught} of {positives} "
+            f"{positive}{rate} and raised {alarms} false alarms among {negatives:,} {decisions.negative}")

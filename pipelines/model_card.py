@@ -39,7 +39,7 @@ def render_model_card(report: EvaluationReport, *, model_name: str, version: str
     candidate = report.candidate
     lines = [f"# {model_name} version {version}", "",
              f"**Decision: {report.decision}** - {_cell(report.reason)}", "",
-             f"Flags a transaction as fraud when its calibrated probability is at least "
+             f"Decides positive when its calibrated probability is at least "
              f"**{candidate.threshold:.4f}** (the operating threshold, chosen on the validation split).", "",
              "## Data", "",
              f"- source: `{_cell(params.get('source', 'unknown'))}`",
@@ -47,7 +47,7 @@ def render_model_card(report: EvaluationReport, *, model_name: str, version: str
              f"({_cell(params.get('dataset_rows', '?'))} rows, contract `{_cell(params.get('contract', '?'))}`)"]
     for split in _SPLITS:
         if f"{split}_rows" in params:
-            lines.append(f"- {split}: {params[f'{split}_rows']} rows, {params.get(f'{split}_positives', '?')} fraud")
+            lines.append(f"- {split}: {params[f'{split}_rows']} rows, {params.get(f'{split}_positives', '?')} positive")
     lines += ["", "## Metrics", "", *_metric_rows(candidate, report.production)]
     if report.production_version is not None:
         lines += ["", f"Production at evaluation: version {report.production_version}; promotion margin "
@@ -57,7 +57,7 @@ def render_model_card(report: EvaluationReport, *, model_name: str, version: str
                   f"Brier score {report.calibration.brier:.4f}, expected calibration error "
                   f"{report.calibration.ece:.4f} (test split, {len(report.calibration.bins)} bins)."]
     if report.slices:
-        lines += ["", "## Slices", "", "| slice | rows | fraud | F1 | precision | recall |",
+        lines += ["", "## Slices", "", "| slice | rows | positives | F1 | precision | recall |",
                   "|---|---|---|---|---|---|"]
         lines += [f"| {_cell(s.name)} | {s.rows} | {s.positives} | {s.f1:.4f} | {s.precision:.4f} | {s.recall:.4f} |"
                   for s in report.slices]

@@ -1,6 +1,6 @@
 """Probability calibration: Platt scaling fitted on validation, and the measures that judge it.
 
-Training weights frauds up (class weights), so raw sigmoid scores overstate the fraud rate. A
+Training weights positives up (class weights), so raw sigmoid scores overstate the positive rate. A
 two-parameter logistic fit on the validation logits maps them back; the model applies it inside
 its forward pass, so the exported ONNX graph serves the calibrated probability.
 """
@@ -37,11 +37,11 @@ class CalibrationReport(BaseModel):
 
 
 def fit_platt(logits: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
-    """(scale, bias) so that sigmoid(scale * logit + bias) matches the observed fraud rate.
+    """(scale, bias) so that sigmoid(scale * logit + bias) matches the observed positive rate.
 
     The scale stays positive: calibration may move scores, never reorder them. When the best fit
     has a scale <= 0 (validation shows no signal in the ranking), only the bias is fitted (scale 1),
-    which keeps the model's ranking and its decisions and still matches the mean fraud rate.
+    which keeps the model's ranking and its decisions and still matches the mean positive rate.
     """
     logits = logits.astype(np.float64)
     # A large C: plain maximum likelihood; two parameters cannot overfit thousands of rows.
@@ -54,7 +54,7 @@ def fit_platt(logits: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
 
 
 def _bias_only(logits: np.ndarray, labels: np.ndarray) -> float:
-    """The maximum-likelihood shift b: mean(sigmoid(logit + b)) = fraud rate (bisection; it is monotone in b)."""
+    """The maximum-likelihood shift b: mean(sigmoid(logit + b)) = positive rate (bisection; it is monotone in b)."""
     low, high = -60.0, 60.0
     target = float(labels.mean())
     for _ in range(200):
@@ -89,7 +89,7 @@ def calibration_report(labels: np.ndarray, proba: np.ndarray, bins: int = _BINS)
 
 
 def plot_reliability(report: CalibrationReport, path: Path, title: str, *, threshold: float | None = None) -> None:
-    """Reliability diagram (mean predicted vs observed fraud rate per bin) as a PNG; ``threshold``, when
+    """Reliability diagram (mean predicted vs observed positive rate per bin) as a PNG; ``threshold``, when
     given, is drawn where the model's decision flips."""
     import matplotlib
 
@@ -102,7 +102,7 @@ def plot_reliability(report: CalibrationReport, path: Path, title: str, *, thres
             label=f"model (ECE {report.ece:.4f}, Brier {report.brier:.4f})")
     if threshold is not None:
         ax.axvline(threshold, color="black", linestyle="--", label=f"operating threshold {threshold:.3f}")
-    ax.set(xlabel="mean predicted probability", ylabel="observed fraud rate", title=title, xlim=(0, 1),
+    ax.set(xlabel="mean predicted probability", ylabel="observed positive rate", title=title, xlim=(0, 1),
            ylim=(0, 1))
     ax.legend(loc="upper left")
     fig.tight_layout()

@@ -117,7 +117,7 @@ def evaluate(test: pd.DataFrame, contract: DataContract, candidate: OnnxModel,
     out_dir.mkdir(parents=True, exist_ok=True)
     _plot_pr_curves(labels, proba, prod_proba, production_version, out_dir / "pr_curve.png", cand_metrics)
     _plot_confusion(labels, (proba >= candidate.threshold).astype(int), out_dir / "confusion_matrix.png",
-                    candidate.threshold)
+                    candidate.threshold, (contract.decisions.negative, contract.decisions.positive))
     plot_reliability(calibration, out_dir / "reliability_curve.png", "Served probability, test split",
                      threshold=candidate.threshold)
     _write_curves(labels, proba, calibration, out_dir)
@@ -163,7 +163,8 @@ def _write_curves(labels: np.ndarray, proba: np.ndarray, calibration: Calibratio
     pd.DataFrame([b.model_dump() for b in calibration.bins]).to_csv(out_dir / "reliability.csv", index=False)
 
 
-def _plot_confusion(labels: np.ndarray, predicted: np.ndarray, path: Path, threshold: float) -> None:
+def _plot_confusion(labels: np.ndarray, predicted: np.ndarray, path: Path, threshold: float,
+                    names: tuple[str, str]) -> None:
     plt = _pyplot()
     matrix = confusion_matrix(labels, predicted, labels=[0, 1])
     fig, ax = plt.subplots(figsize=(4.5, 4))
@@ -171,7 +172,7 @@ def _plot_confusion(labels: np.ndarray, predicted: np.ndarray, path: Path, thres
     for (row, col), count in np.ndenumerate(matrix):
         colour = "white" if count > matrix.max() / 2 else "black"
         ax.text(col, row, str(count), ha="center", va="center", color=colour)
-    ax.set(xticks=[0, 1], yticks=[0, 1], xticklabels=["legit", "fraud"], yticklabels=["legit", "fraud"],
+    ax.set(xticks=[0, 1], yticks=[0, 1], xticklabels=names, yticklabels=names,
            xlabel="predicted", ylabel="actual", title=f"Test split at threshold {threshold:.3f}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

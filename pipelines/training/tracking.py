@@ -43,7 +43,7 @@ def log_training(run_id: str, params: TrainParams, result: TrainResult, *, finge
         "deterministic_algorithms": "true",
         "optimizer": "adam",
         "lr_scheduler": "reduce_on_plateau(max val PR-AUC, factor 0.5)",
-        "model_architecture": f"FraudMLP(hidden={list(params.hidden_sizes)}, dropout={params.dropout})",
+        "model_architecture": f"TabularMLP(hidden={list(params.hidden_sizes)}, dropout={params.dropout})",
         "world_size": str(result.world_size),
         "device_used": result.device,
         "precision_used": result.precision,

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mlops.contract import DataContract
 from mlops.errors import InputError
-from mlops.model import FraudMLP
+from mlops.model import TabularMLP
 
 MODEL_FILE = "model.pt"
 SUMMARY_FILE = "training.json"
@@ -44,12 +44,12 @@ class TrainingSummary(BaseModel):
 
 @dataclass(frozen=True)
 class TrainedModel:
-    model: FraudMLP
+    model: TabularMLP
     vocabs: dict[str, list[str]]
     threshold: float
 
 
-def save_trained(path: Path, model: FraudMLP, vocabs: dict[str, list[str]], threshold: float,
+def save_trained(path: Path, model: TabularMLP, vocabs: dict[str, list[str]], threshold: float,
                  hidden_sizes: tuple[int, ...], dropout: float) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"state_dict": model.state_dict(), "vocabs": vocabs, "threshold": threshold,
@@ -61,7 +61,7 @@ def load_trained(path: Path, contract: DataContract) -> TrainedModel:
     if not path.is_file():
         raise InputError(f"no trained model at {path}; run the train step first")
     bundle = torch.load(path, map_location="cpu", weights_only=True)
-    model = FraudMLP.for_contract(contract, bundle["vocabs"], tuple(bundle["hidden_sizes"]), bundle["dropout"])
+    model = TabularMLP.for_contract(contract, bundle["vocabs"], tuple(bundle["hidden_sizes"]), bundle["dropout"])
     model.load_state_dict(bundle["state_dict"])
     return TrainedModel(model=model.eval(), vocabs=bundle["vocabs"], threshold=float(bundle["threshold"]))
 

@@ -1,4 +1,4 @@
-"""Train step: fit the fraud MLP on tensors held on the training device, resumable and data-parallel.
+"""Train step: fit the MLP on tensors held on the training device, resumable and data-parallel.
 
 The training set lives on the device and batches are index slices of it (no DataLoader: for
 in-memory tabular data its per-batch collation only costs time; benchmarks/ measures it). Each
@@ -29,7 +29,7 @@ from sklearn.metrics import average_precision_score, precision_recall_curve, roc
 
 from mlops.contract import DataContract
 from mlops.errors import TrainingError
-from mlops.model import FraudMLP, fit_vocabularies
+from mlops.model import TabularMLP, fit_vocabularies
 from mlops.settings import Settings
 from pipelines.steps.calibration import CalibrationReport, calibration_report, fit_platt
 from pipelines.training.checkpoint import CheckpointStore, PreemptionFlag, TrainingPreempted
@@ -117,7 +117,7 @@ class _Progress:
 
 @dataclass(frozen=True)
 class TrainResult:
-    model: FraudMLP
+    model: TabularMLP
     vocabs: dict[str, list[str]]
     history: list[EpochMetrics]
     system: list[SystemMetrics]
@@ -145,7 +145,7 @@ class TrainResult:
 class _Logits(torch.nn.Module):
     """The model's raw score as ``forward``: DistributedDataParallel syncs gradients only through forward."""
 
-    def __init__(self, model: FraudMLP) -> None:
+    def __init__(self, model: TabularMLP) -> None:
         super().__init__()
         self.model = model
 
@@ -162,7 +162,7 @@ def best_f1_threshold(labels: np.ndarray, probs: np.ndarray) -> float:
 
 
 @torch.no_grad()
-def _logits(model: FraudMLP, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
+def _logits(model: TabularMLP, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
     model.eval()
     return torch.cat([model.logits(numeric[i:i + _EVAL_BATCH], categorical[i:i + _EVAL_BATCH])
                       for i in range(0, len(numeric), _EVAL_BATCH)])
@@ -210,10 +210,10 @@ class _Trainer:
                                                                             val.labels))
         self.positive = torch.from_numpy(train.labels > 0.5)  # on the host: epoch_rows samples there
         self.weights = negative_weights(self.y, params.negative_sample_rate)
-        self.model = FraudMLP.for_contract(contract, vocabs, params.hidden_sizes, params.dropout).to(device)
+        self.model = TabularMLP.for_contract(contract, vocabs, params.hidden_sizes, params.dropout).to(device)
         self.model.fit_scaler(train.numeric)
         positives = float(train.labels.sum())
-        # Fraud is rare: weight positives by the negative/positive ratio (of the full data, which the
+        # Positives are rare: weight them by the negative/positive ratio (of the full data, which the
         # downsampling weights restore) so they are not ignored.
         self.pos_weight = torch.tensor((len(train) - positives) / positives, device=device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=params.learning_rate,

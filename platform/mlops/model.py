@@ -1,4 +1,4 @@
-"""The fraud model: an MLP over standardized numeric inputs and per-column categorical embeddings.
+"""The model: an MLP over standardized numeric inputs and per-column categorical embeddings.
 
 Preprocessing that must match at serving time (log1p, standardization) lives in the module as
 buffers, so it is exported into the ONNX graph with the weights. String -> index encoding uses the
@@ -49,8 +49,8 @@ def _embedding_dim(cardinality: int) -> int:
     return int(min(8, max(2, round(1.6 * cardinality**0.56))))
 
 
-class FraudMLP(nn.Module):
-    """MLP scoring one transaction; ``forward`` gives the calibrated fraud probability, ``logits`` the raw score."""
+class TabularMLP(nn.Module):
+    """MLP scoring one row; ``forward`` gives the calibrated probability of a positive, ``logits`` the raw score."""
 
     mean: torch.Tensor
     std: torch.Tensor
@@ -86,7 +86,7 @@ class FraudMLP(nn.Module):
     def for_contract(
         cls, contract: DataContract, vocabs: dict[str, list[str]], hidden: tuple[int, ...] = (64, 32),
         dropout: float = 0.1,
-    ) -> FraudMLP:
+    ) -> TabularMLP:
         cardinalities = [len(vocabs[n]) for n in contract.model_inputs.categorical]
         return cls(contract.log1p_mask, cardinalities, hidden=hidden, dropout=dropout)
 

@@ -21,7 +21,7 @@ from onnx import TensorProto, compose, helper
 from mlops.contract import DataContract
 from mlops.errors import ExportParityError
 from mlops.inference import OnnxModel
-from mlops.model import UNKNOWN_INDEX, FraudMLP, encode
+from mlops.model import UNKNOWN_INDEX, TabularMLP, encode
 
 OUTPUT_NAME = "probability"
 BATCH_DIM = "batch"
@@ -36,7 +36,7 @@ class _NumericOnly(torch.nn.Module):
     """The model of a contract without categorical inputs, with one graph input: torch.export cannot
     keep a dynamic batch axis on an empty [batch, 0] tensor."""
 
-    def __init__(self, model: FraudMLP) -> None:
+    def __init__(self, model: TabularMLP) -> None:
         super().__init__()
         self.model = model
 
@@ -46,7 +46,7 @@ class _NumericOnly(torch.nn.Module):
         return result
 
 
-def _export_torch(model: FraudMLP, n_numeric: int, n_categorical: int) -> onnx.ModelProto:
+def _export_torch(model: TabularMLP, n_numeric: int, n_categorical: int) -> onnx.ModelProto:
     module: torch.nn.Module = model
     example: tuple[torch.Tensor, ...] = (torch.zeros(2, n_numeric), torch.zeros(2, n_categorical, dtype=torch.int64))
     names = [_NUMERIC, _CATEGORICAL]
@@ -106,7 +106,7 @@ def _preprocessing_head(
 
 
 def export_onnx(
-    model: FraudMLP,
+    model: TabularMLP,
     contract: DataContract,
     vocabs: dict[str, list[str]],
     path: Path,
@@ -149,7 +149,7 @@ def export_onnx(
 
 
 def check_parity(
-    model: FraudMLP,
+    model: TabularMLP,
     onnx_path: Path,
     frame: pd.DataFrame,
     contract: DataContract,

@@ -34,8 +34,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 
 SAMPLE_ROW = re.compile(r"│\s+(fraud|legit)\s+│\s+([0-9.]+)\s+│\s+(fraud|legit)\s+│\s+"
                         r"(caught fraud|missed fraud|false alarm|legit)\s+│\s+1\s+│")
-SUMMARY = re.compile(r"on the whole test split \(([\d,]+) transactions\) the service caught (\d+) of (\d+) frauds"
-                     r"(?: \(\d+%\))? and raised (\d+) false alarms among ([\d,]+) legitimate transactions")
+SUMMARY = re.compile(r"on the whole test split \(([\d,]+) rows\) the service caught (\d+) of (\d+) fraud"
+                     r"(?: \(\d+%\))? and raised (\d+) false alarms among ([\d,]+) legit")
 
 
 def test_demo_shows_the_model_at_work_and_stops_the_service(demo: tuple[Path, str]) -> None:

@@ -41,7 +41,7 @@ def test_the_card_carries_decision_metrics_threshold_data_and_lineage() -> None:
     assert "| threshold | 0.5314 | 0.5000 |" in card
     assert "at least **0.5314**" in card
     assert f"snapshot sha256: `{SNAPSHOT}` (30000 rows" in card
-    assert "- test: 4500 rows, 73 fraud" in card
+    assert "- test: 4500 rows, 73 positive" in card
     assert "Brier score 0.0123, expected calibration error 0.0045" in card
     assert "| channel=online | 900 | 30 | 0.7000 |" in card
     assert "- verdict: passed" in card

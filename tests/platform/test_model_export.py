@@ -19,7 +19,7 @@ from mlops.data.generator import generate_transactions
 from mlops.errors import ExportParityError, InputError
 from mlops.feature_replay import replay_features
 from mlops.inference import OnnxModel
-from mlops.model import UNKNOWN_INDEX, FraudMLP, encode, fit_vocabularies
+from mlops.model import UNKNOWN_INDEX, TabularMLP, encode, fit_vocabularies
 from mlops.onnx_export import check_parity, export_onnx
 
 THRESHOLD = 0.37
@@ -41,16 +41,16 @@ def frame(contract: DataContract) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def model(frame: pd.DataFrame, contract: DataContract, vocabs: dict[str, list[str]]) -> FraudMLP:
+def model(frame: pd.DataFrame, contract: DataContract, vocabs: dict[str, list[str]]) -> TabularMLP:
     torch.manual_seed(0)
-    net = FraudMLP.for_contract(contract, vocabs)
+    net = TabularMLP.for_contract(contract, vocabs)
     net.fit_scaler(encode(frame, contract, vocabs)[0])
     return net.eval()
 
 
 @pytest.fixture(scope="module")
 def onnx_path(
-    model: FraudMLP, contract: DataContract, vocabs: dict[str, list[str]],
+    model: TabularMLP, contract: DataContract, vocabs: dict[str, list[str]],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Path:
     out = tmp_path_factory.mktemp("export") / "model.onnx"
@@ -78,7 +78,7 @@ def test_encode_maps_unknown_categories_to_index_zero(
 def test_scaler_floors_std_and_forward_is_sigmoid_of_logits(
     contract: DataContract, vocabs: dict[str, list[str]]
 ) -> None:
-    net = FraudMLP.for_contract(contract, vocabs).eval()
+    net = TabularMLP.for_contract(contract, vocabs).eval()
     numeric = np.ones((5, len(contract.numeric_inputs)), np.float32)  # constant: std 0 before the floor
     net.fit_scaler(numeric)
     assert float(net.std.min()) == pytest.approx(1e-6)
@@ -87,7 +87,7 @@ def test_scaler_floors_std_and_forward_is_sigmoid_of_logits(
 
 
 def test_export_matches_torch_within_tolerance(
-    model: FraudMLP, onnx_path: Path, frame: pd.DataFrame, contract: DataContract,
+    model: TabularMLP, onnx_path: Path, frame: pd.DataFrame, contract: DataContract,
     vocabs: dict[str, list[str]],
 ) -> None:
     assert check_parity(model, onnx_path, frame, contract, vocabs, tolerance=1e-5) <= 1e-5
@@ -119,7 +119,7 @@ def test_scores_any_batch_size_the_same(onnx_path: Path, frame: pd.DataFrame) ->
 
 
 def test_unknown_category_scores_as_unknown(
-    model: FraudMLP, onnx_path: Path, frame: pd.DataFrame, contract: DataContract,
+    model: TabularMLP, onnx_path: Path, frame: pd.DataFrame, contract: DataContract,
     vocabs: dict[str, list[str]],
 ) -> None:
     rows = frame.head(3).copy()
@@ -158,7 +158,7 @@ def test_missing_field_is_an_input_error(onnx_path: Path, frame: pd.DataFrame) -
 
 
 def test_tampered_graph_fails_parity(
-    model: FraudMLP, onnx_path: Path, frame: pd.DataFrame, contract: DataContract,
+    model: TabularMLP, onnx_path: Path, frame: pd.DataFrame, contract: DataContract,
     vocabs: dict[str, list[str]], tmp_path: Path,
 ) -> None:
     tampered = onnx.load(str(onnx_path))

@@ -17,7 +17,7 @@ from mlops.data.terminal_generator import generate_payments
 from mlops.errors import ConfigError
 from mlops.feature_replay import replay_features
 from mlops.inference import OnnxModel
-from mlops.model import FraudMLP, encode, fit_vocabularies
+from mlops.model import TabularMLP, encode, fit_vocabularies
 from mlops.onnx_export import check_parity, export_onnx
 from mlops.settings import Settings
 from serving.schemas import build_request_model, build_response_model
@@ -96,7 +96,7 @@ def test_export_without_categorical_inputs_matches_torch(terminals: DataContract
     vocabs = fit_vocabularies(terminals)
     assert vocabs == {}
     torch.manual_seed(0)
-    model = FraudMLP.for_contract(terminals, vocabs)
+    model = TabularMLP.for_contract(terminals, vocabs)
     model.fit_scaler(encode(payments, terminals, vocabs)[0])
     path = export_onnx(model.eval(), terminals, vocabs, tmp_path / "model.onnx", threshold=0.4, metadata={})
     served = OnnxModel(path)

@@ -86,7 +86,7 @@ def backfill_spark(source: Location, out: Location, contract: DataContract) -> N
 
 
 def score_spark(features: Location, model_onnx: bytes, out: Location, contract: DataContract) -> None:
-    """Write ``features``' rows (a backfill's output) with the model's fraud ``probability`` to ``out``."""
+    """Write ``features``' rows (a backfill's output) with the model's ``probability`` to ``out``."""
     _refuse_overlap(features, out)
     input_names = load_onnx(model_onnx).input_names  # a bad graph fails here, before any Spark work
     spark = spark_session()

@@ -32,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     backfill = steps.add_parser("backfill", help="every transaction's window and time features")
     backfill.add_argument("source", help="Parquet file or folder of raw transactions")
     backfill.add_argument("out", help="Parquet folder to write: the rows plus one column per feature")
-    score = steps.add_parser("score", help="the model's fraud probability for every row of a backfill")
+    score = steps.add_parser("score", help="the model's probability for every row of a backfill")
     score.add_argument("features", help="Parquet file or folder written by the backfill")
     score.add_argument("model", help="the exported ONNX graph (path or fsspec URL)")
     score.add_argument("out", help="Parquet folder to write: the rows plus `probability`")

@@ -24,7 +24,7 @@ from mlops.contract import DataContract
 from mlops.data.generator import generate_transactions
 from mlops.feature_replay import replay_features
 from mlops.inference import OnnxModel
-from mlops.model import FraudMLP, encode, fit_vocabularies
+from mlops.model import TabularMLP, encode, fit_vocabularies
 from mlops.onnx_export import export_onnx
 from mlops.settings import Settings
 from pipelines.orchestration.context import StepContext
@@ -87,7 +87,7 @@ def _calibrated(result: TrainResult, frame: pd.DataFrame, contract: DataContract
     return result.model.predict_proba(*encode(frame, contract, result.vocabs))
 
 
-def _mlp_weights(model: FraudMLP) -> list[torch.Tensor]:
+def _mlp_weights(model: TabularMLP) -> list[torch.Tensor]:
     return [p.detach().clone() for p in model.mlp.parameters()]
 
 
@@ -184,7 +184,7 @@ def test_configured_seed_draws_the_initial_weights(
 
     def initial(seed: int) -> list[torch.Tensor]:
         torch.manual_seed(seed)
-        model = FraudMLP.for_contract(contract, fit_vocabularies(contract), settings.hidden_sizes, settings.dropout)
+        model = TabularMLP.for_contract(contract, fit_vocabularies(contract), settings.hidden_sizes, settings.dropout)
         return _mlp_weights(model)
 
     trained = _mlp_weights(outcome.result.model)
