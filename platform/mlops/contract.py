@@ -217,7 +217,7 @@ class Split(_Strict):
 
 class DataContract(_Strict):
     # Names the data set; the pipeline, experiment and registered model are named after it by default.
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
     id_column: str
     timestamp_column: str
     label_column: str

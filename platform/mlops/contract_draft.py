@@ -37,6 +37,7 @@ from mlops.contract import DataContract
 from mlops.data.duck_source import VIEW, open_source, quote, type_family
 from mlops.errors import InputError
 
+LABEL_DELAY = "7d"  # how late the draft assumes labels arrive; the header asks to set it
 INT_PATTERN = r"^\s*[-+]?[0-9]+\s*$"  # a CSV value that is an integer (DuckDB's cast would round 51.72)
 CATEGORY_CUT = 50
 ENTITY_MIN_DISTINCT = 10
@@ -245,6 +246,10 @@ def _contract_body(path: Path, rows: int, profiles: list[_Profile], label: str |
             features += [{"name": f"{entity}_{stem}_mean_7d", "agg": "mean", "column": main, "window": "7d"},
                          {"name": f"{entity}_{stem}_max_24h", "agg": "max", "column": main, "window": "24h"}]
         features.append({"name": f"{entity}_seconds_since_previous", "agg": "seconds_since_previous", "window": "30d"})
+        # The entity's own record of positives, as known LABEL_DELAY after each event (never inside it).
+        label_stem = _slug(label_prof.name, "_").lower()
+        features += [{"name": f"{entity}_{label_stem}_rate_{w}", "agg": "label_rate", "window": w, "delay": LABEL_DELAY}
+                     for w in ("1d", "7d", "30d")]
         for feature in features:
             feature["name"] = _unique_name(feature["name"], taken)
             taken.add(feature["name"])
@@ -326,7 +331,9 @@ def _header(path: Path, rows: int, profiles: list[_Profile], skipped: list[str])
         "# It is a starting point: read and edit every line before training on it. In particular check",
         "# the id, timestamp and label columns, the entities and their window features, the model inputs,",
         "# each range (the observed min/max widened to two significant digits; quantiles below) and",
-        "# label_rate (a quarter to four times the observed rate). Then: mlops contract check DATA THIS_FILE",
+        "# label_rate (a quarter to four times the observed rate). The *_rate_* label features assume every",
+        f"# label is known {LABEL_DELAY} after its event (delay: {LABEL_DELAY}): set the delay to how late yours",
+        "# arrive (a feature never sees a label inside its delay). Then: mlops contract check DATA THIS_FILE",
         "#",
         "# observed per column: kind, nulls, distinct values, min / 0.1% / median / 99.9% / max",
     ]
