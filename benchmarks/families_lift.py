@@ -1,5 +1,6 @@
 """What the feature families add on the terminal-payments example: test PR-AUC with the window
-features only, and with every family the example contract uses, side by side on the same data.
+features only, with every family the example contract uses, and with the contract `mlops contract
+draft` writes for the data (unedited), side by side on the same data.
 
 The window-only contract is the example contract with its family features removed (label features
 with a delay, ratios and z-scores, novelty and variety), so the two runs differ in nothing else.
@@ -70,8 +71,11 @@ def main() -> None:
         base = {**os.environ, "MLOPS_MAX_EPOCHS": str(args.epochs), "MLOPS_CONTRACT_PATH": str(EXAMPLE)}
         _mlops(["data", "generate", "--out", str(data), "--rows", str(args.rows), "--seed", str(seed)],
                {**base, "MLOPS_HOME": str(work / "gen")}, work / "generate.log")
-        for label, contract in contracts.items():
-            home = work / f"{seed}-{'families' if contract is example else 'windows'}"
+        drafted = work / f"{seed}-drafted.yaml"
+        _mlops(["contract", "draft", str(data), "--out", str(drafted)], base, work / "draft.log")
+        contracts["drafted, unedited"] = yaml.safe_load(drafted.read_text())
+        for number, (label, contract) in enumerate(contracts.items()):
+            home = work / f"{seed}-{number}"
             path = home.with_suffix(".yaml")
             path.write_text(yaml.safe_dump(contract, sort_keys=False))
             env = {**base, "MLOPS_HOME": str(home), "MLOPS_CONTRACT_PATH": str(path)}

@@ -86,6 +86,10 @@ def test_a_draft_of_an_own_schema_keeps_integer_ids_and_has_no_categorical_input
     assert features["customer_count_24h"].agg == "count"
     assert features["terminal_tx_amount_mean_7d"].column == "TX_AMOUNT"
     assert features["customer_seconds_since_previous"].window == "30d"
+    rates = sorted((f.name, f.window, f.delay) for f in features.values() if f.agg == "label_rate")
+    assert rates == sorted((f"{entity}_tx_fraud_rate_{w}", w, "7d") for entity in ("customer", "terminal")
+                           for w in ("1d", "7d", "30d"))
+    assert "set the delay to how late yours" in text  # the header names the assumption to edit
     assert len(contract.time_features) == 4
 
     report = check_data(data, contract)
