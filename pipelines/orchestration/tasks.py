@@ -229,7 +229,7 @@ def deploy_task(context: StepContext, *, evaluated: EvaluateRecord) -> DeployRec
         tags = mlflow.MlflowClient().get_model_version(settings.model_name, version).tags
         compared = tags.get("production_version_at_evaluation", "none")
         previous = deploy_version(settings, version, expected=None if compared == "none" else compared,
-                                  actor=f"pipeline run {run_id}")
+                                  actor=f"pipeline run {run_id}", reason=evaluated.reason)
         mlflow.set_tags({"deployed_version": version})
     log.info("%s v%s now holds alias %r (was %s)", settings.model_name, version, settings.serving_alias,
              previous or "none")

@@ -32,14 +32,17 @@ def promotion_tags(report: EvaluationReport) -> dict[str, str]:
     return tags
 
 
-def deploy_version(settings: Settings, version: str, *, expected: str | None, actor: str) -> str | None:
+def deploy_version(settings: Settings, version: str, *, expected: str | None, actor: str, reason: str) -> str | None:
     """Move the serving alias and Production stage to ``version``; returns the version it replaced.
+
+    ``reason`` is evaluate's reason for the decision, word for word: the registry's audit record (and
+    the registered model's description) says what the version's own card says.
 
     Compare-and-set: ``expected`` is the production version evaluate compared with; if production
     moved since, PromotionConflictError and nothing changes.
     """
     previous = registry.promote(settings, version, expected=expected, actor=actor,
-                                reason="pipeline: better than production by the margin")
+                                reason=reason)
     registry.tag_version(settings, version, {
         "deployed_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "replaced_version": previous or "none",
