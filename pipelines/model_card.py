@@ -15,6 +15,7 @@ from mlflow.entities import Run
 
 if TYPE_CHECKING:
     from pipelines.steps.evaluate import EvaluationReport, Metrics
+    from pipelines.steps.quality import SliceMetrics
 
 _METRICS = (("F1", "f1"), ("precision", "precision"), ("recall", "recall"), ("PR-AUC", "pr_auc"),
             ("ROC-AUC", "roc_auc"), ("threshold", "threshold"))
@@ -23,6 +24,12 @@ _SPLITS = ("train", "validation", "test")
 
 def _cell(value: object) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _slice_row(s: SliceMetrics) -> str:
+    if s.f1 is None or s.precision is None or s.recall is None:  # under the minimum size: counted, not scored
+        return f"| {_cell(s.name)} | {s.rows} | {s.positives} | (too few rows) | - | - |"
+    return f"| {_cell(s.name)} | {s.rows} | {s.positives} | {s.f1:.4f} | {s.precision:.4f} | {s.recall:.4f} |"
 
 
 def _metric_rows(candidate: Metrics, production: Metrics | None) -> list[str]:
@@ -59,8 +66,7 @@ def render_model_card(report: EvaluationReport, *, model_name: str, version: str
     if report.slices:
         lines += ["", "## Slices", "", "| slice | rows | positives | F1 | precision | recall |",
                   "|---|---|---|---|---|---|"]
-        lines += [f"| {_cell(s.name)} | {s.rows} | {s.positives} | {s.f1:.4f} | {s.precision:.4f} | {s.recall:.4f} |"
-                  for s in report.slices]
+        lines += [_slice_row(s) for s in report.slices]
     if report.behaviour is not None:
         b = report.behaviour
         verdict = "; ".join(b.failures) or "passed"

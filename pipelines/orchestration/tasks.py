@@ -168,7 +168,8 @@ def evaluation_metrics(report: EvaluationReport) -> dict[str, float]:
     if report.calibration is not None:
         metrics.update({"test_brier": report.calibration.brier, "test_ece": report.calibration.ece})
     for row in report.slices:
-        metrics[f"slice_f1/{row.name.replace('=', '_')}"] = row.f1
+        if row.f1 is not None:  # a slice under the minimum size is not scored
+            metrics[f"slice_f1/{row.name.replace('=', '_')}"] = row.f1
     if report.behaviour is not None:
         metrics["behaviour_invariance_max_abs_diff"] = report.behaviour.invariance_max_abs_diff
         metrics.update({f"behaviour_directional_mean_delta/{r.input}": r.mean_delta
@@ -190,6 +191,7 @@ def evaluate_task(context: StepContext, *, train: Path, test: Path, model: Path,
     prod_version = registry.alias_version(settings)
     gates = QualityGates(slice_f1_tolerance=settings.slice_f1_tolerance,
                          slice_min_positives=settings.slice_min_positives,
+                         slice_min_rows=settings.slice_min_rows,
                          min_pr_auc_lift=settings.promotion_min_pr_auc_lift)
     with tracked_step(run_id, "evaluate"), tempfile.TemporaryDirectory() as tmp:
         production = None

@@ -52,6 +52,7 @@ class QualityGates(BaseModel):
 
     slice_f1_tolerance: float
     slice_min_positives: int
+    slice_min_rows: int = 30
     min_pr_auc_lift: float = 2.0
 
 
@@ -99,14 +100,14 @@ def evaluate(test: pd.DataFrame, contract: DataContract, candidate: OnnxModel,
     proba = candidate.predict_proba(test)
     cand_metrics = compute_metrics(labels, proba, candidate.threshold)
     masks = slice_masks(test, train, contract)
-    slices = slice_metrics(labels, proba, candidate.threshold, masks)
+    slices = slice_metrics(labels, proba, candidate.threshold, masks, gates.slice_min_rows)
     prod_metrics = None
     prod_proba = None
     prod_slices: list[SliceMetrics] = []
     if production is not None:
         prod_proba = production.predict_proba(test)
         prod_metrics = compute_metrics(labels, prod_proba, production.threshold)
-        prod_slices = slice_metrics(labels, prod_proba, production.threshold, masks)
+        prod_slices = slice_metrics(labels, prod_proba, production.threshold, masks, gates.slice_min_rows)
     behaviour = behavioural_tests(candidate, test, contract)
     rule = PromotionRule(margin=margin, min_pr_auc_lift=gates.min_pr_auc_lift)
     decision, reason, evidence = decide(labels, proba, candidate.threshold, cand_metrics.pr_auc, prod_proba,

@@ -23,14 +23,21 @@ _INVARIANCE_TOLERANCE = 1e-6
 
 
 class SliceMetrics(BaseModel):
+    """One slice of the test split; a slice under the minimum size is counted but not scored (its
+    scores are None: an F1 of 1.0 on three rows says nothing)."""
+
     model_config = ConfigDict(extra="forbid")
 
     name: str
     rows: int
     positives: int
-    f1: float
-    precision: float
-    recall: float
+    f1: float | None
+    precision: float | None
+    recall: float | None
+
+    @property
+    def scored(self) -> bool:
+        return self.f1 is not None
 
 
 class DirectionalResult(BaseModel):
@@ -87,11 +94,16 @@ def slice_masks(test: pd.DataFrame, train: pd.DataFrame, contract: DataContract)
 
 
 def slice_metrics(labels: np.ndarray, proba: np.ndarray, threshold: float,
-                  masks: dict[str, np.ndarray]) -> list[SliceMetrics]:
+                  masks: dict[str, np.ndarray], min_rows: int = 1) -> list[SliceMetrics]:
+    """F1, precision and recall of each slice with at least ``min_rows`` rows; smaller ones unscored."""
     predicted = (proba >= threshold).astype(int)
     rows = []
     for name, mask in masks.items():
         y, p = labels[mask], predicted[mask]
+        if int(mask.sum()) < min_rows:
+            rows.append(SliceMetrics(name=name, rows=int(mask.sum()), positives=int(y.sum()),
+                                     f1=None, precision=None, recall=None))
+            continue
         rows.append(SliceMetrics(name=name, rows=int(mask.sum()), positives=int(y.sum()),
                                  f1=float(f1_score(y, p, zero_division=0)),
                                  precision=float(precision_score(y, p, zero_division=0)),
@@ -101,12 +113,13 @@ def slice_metrics(labels: np.ndarray, proba: np.ndarray, threshold: float,
 
 def slice_regressions(candidate: list[SliceMetrics], production: list[SliceMetrics], tolerance: float,
                       min_positives: int) -> list[str]:
-    """Slices (with at least ``min_positives`` frauds) whose F1 falls more than ``tolerance`` below production's."""
+    """Scored slices (with at least ``min_positives`` frauds) whose F1 falls more than ``tolerance`` below
+    production's."""
     theirs = {s.name: s for s in production}
     failed = []
     for ours in candidate:
         other = theirs.get(ours.name)
-        if other is None or ours.positives < min_positives:
+        if other is None or ours.positives < min_positives or ours.f1 is None or other.f1 is None:
             continue
         if ours.f1 < other.f1 - tolerance:
             failed.append(f"slice {ours.name}: F1 {ours.f1:.4f} < production {other.f1:.4f} - {tolerance}")

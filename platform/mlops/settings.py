@@ -117,6 +117,8 @@ class Settings(BaseSettings):
         default=0.1, ge=0.0, le=1.0, description="A slice's F1 may fall this far below production's."
     )
     slice_min_positives: int = Field(default=5, ge=1, description="Slices with fewer positives are not gated.")
+    slice_min_rows: int = Field(default=30, ge=1, description="Slices with fewer test rows are not scored "
+                                "(marked '(too few rows)' in the model card) nor gated.")
     demo_rows: int = Field(default=30_000, ge=1_000)
     kfp_host: str | None = Field(default=None, description="Kubeflow Pipelines endpoint for submit/schedule.")
     admin_token: SecretStr | None = Field(default=None, description="Bearer token of the service's admin API.")

@@ -25,7 +25,8 @@ def _report(decision: str, reason: str) -> EvaluationReport:
         production=Metrics(f1=0.6001, precision=0.8, recall=0.5, roc_auc=0.87, pr_auc=0.59, threshold=0.5),
         production_version="2", margin=0.02, decision=decision, reason=reason,  # type: ignore[arg-type]
         calibration=CalibrationReport(brier=0.0123, ece=0.0045, bins=[]),
-        slices=[SliceMetrics(name="channel=online", rows=900, positives=30, f1=0.7, precision=0.8, recall=0.62)],
+        slices=[SliceMetrics(name="channel=online", rows=900, positives=30, f1=0.7, precision=0.8, recall=0.62),
+                SliceMetrics(name="country=NG", rows=3, positives=1, f1=None, precision=None, recall=None)],
         behaviour=BehaviourReport(invariance_fields=["transaction_id"], invariance_max_abs_diff=0.0,
                                   directional=[DirectionalResult(input="amount", direction="not_lower", factor=10.0,
                                                                  mean_delta=0.031)]))
@@ -44,6 +45,7 @@ def test_the_card_carries_decision_metrics_threshold_data_and_lineage() -> None:
     assert "- test: 4500 rows, 73 positive" in card
     assert "Brier score 0.0123, expected calibration error 0.0045" in card
     assert "| channel=online | 900 | 30 | 0.7000 |" in card
+    assert "| country=NG | 3 | 1 | (too few rows) | - | - |" in card  # under the minimum: marked, not scored
     assert "- verdict: passed" in card
     assert f"[{'r' * 32}](#/experiments/4/runs/{'r' * 32})" in card
     assert "training fingerprint: `f1f2`" in card

@@ -99,6 +99,22 @@ def test_a_slice_regresses_when_its_f1_drops_beyond_the_tolerance() -> None:
     assert slice_regressions(list(ours.values()), theirs, tolerance=0.2, min_positives=3) == []
 
 
+def test_a_slice_under_the_minimum_size_is_counted_not_scored_nor_gated() -> None:
+    labels = np.array([1, 0, 1, 0, 1, 0])
+    proba = np.array([0.9, 0.1, 0.2, 0.8, 0.7, 0.3])
+    masks = {"tiny": np.array([True, True, False, False, False, False]),
+             "big": np.array([False, False, True, True, True, True])}
+    ours = {s.name: s for s in slice_metrics(labels, proba, 0.5, masks, min_rows=4)}
+    assert (ours["tiny"].rows, ours["tiny"].positives, ours["tiny"].scored) == (2, 1, False)
+    assert (ours["tiny"].f1, ours["tiny"].precision, ours["tiny"].recall) == (None, None, None)
+    assert ours["big"].scored
+    assert ours["big"].f1 == pytest.approx(0.5)
+    # A tiny slice that would have regressed (1.0 -> 0.0) blocks nothing: it was not scored.
+    theirs = [SliceMetrics(name="tiny", rows=2, positives=1, f1=1.0, precision=1, recall=1),
+              SliceMetrics(name="big", rows=4, positives=2, f1=0.5, precision=1, recall=1)]
+    assert slice_regressions(list(ours.values()), theirs, tolerance=0.0, min_positives=1) == []
+
+
 def test_gates_turn_a_promotion_into_a_rejection() -> None:
     assert apply_gates("promote", "F1 better", []) == ("promote", "F1 better")
     decision, reason = apply_gates("promote", "F1 better", ["slice country=NG: F1 0.1 < production 0.5 - 0.1"])
@@ -137,6 +153,12 @@ def test_evaluate_reports_calibration_slices_and_behaviour(onnx_model: OnnxModel
     assert report.calibration.ece < 0.1
     assert {s.name for s in report.slices} == {s.name for s in report.production_slices}
     assert any(s.name == "unknown_customer" for s in report.slices)
+    # The gates' minimum size decides which slices are scored, for candidate and production alike.
+    assert all(s.scored == (s.rows >= GATES.slice_min_rows) for s in report.slices + report.production_slices)
+    few = evaluate(test, contract, onnx_model, onnx_model, "1", 0.0, tmp_path / "few", train=train,
+                   gates=GATES.model_copy(update={"slice_min_rows": len(test) + 1}))
+    assert few.slices
+    assert not any(s.scored for s in few.slices)
     assert report.behaviour == behavioural_tests(onnx_model, test, contract)  # run on the test split
     assert (tmp_path / "reliability_curve.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     # The reliability bins beside the picture, as data for `dvc plots`: the report's bins.
