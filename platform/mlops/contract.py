@@ -19,9 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from mlops.errors import ConfigError
 
 Dtype = Literal["string", "datetime", "float", "int", "category"]
-Aggregation = Literal["count", "mean", "max", "sum", "seconds_since_previous", "label_count", "label_rate"]
+Aggregation = Literal["count", "mean", "max", "sum", "seconds_since_previous", "label_count", "label_rate",
+                      "ratio_to_mean", "zscore"]
 # Aggregations of the contract's 0/1 label; they look back past a delay (FeatureSpec.delay).
 LABEL_AGGREGATIONS = ("label_count", "label_rate")
+# Aggregations comparing the current event's own value with the window: its column is a raw numeric
+# model input, so a request carries the value.
+CURRENT_VALUE_AGGREGATIONS = ("ratio_to_mean", "zscore")
 # Cyclic encodings of the transaction's own timestamp (UTC), computed at request time.
 TimeFeature = Literal["hour_of_day_sin", "hour_of_day_cos", "day_of_week_sin", "day_of_week_cos"]
 _WINDOW_UNITS = {"m": "minutes", "h": "hours", "d": "days"}
@@ -77,6 +81,16 @@ class FeatureSpec(_Strict):
     Label features (``label_count``: events with a positive label, ``label_rate``: that over the
     events, 0 when none) look back past a ``delay``: at t they aggregate the events in
     [t - delay - window, t - delay), whose labels a team knows by t. Only they take a delay.
+
+    The current value against the entity's own window (``v``: the current event's value of the
+    column, a raw numeric model input the request carries; ``mean``: the window's mean, the current
+    event and its instant excluded as always):
+
+    - ``ratio_to_mean`` is ``v / mean``; 1.0 when the window is empty or its mean is 0 (only zeros:
+      the column must not be negative, its ``min`` at least 0).
+    - ``zscore`` is ``(v - mean) / std`` with the population standard deviation of the window; 0.0
+      when the window holds fewer than 2 events or all its values are equal (min = max, an exact
+      test in every engine).
     """
 
     name: str
@@ -99,13 +113,18 @@ class FeatureSpec(_Strict):
         return self.agg in LABEL_AGGREGATIONS
 
     @property
+    def uses_current_value(self) -> bool:
+        """True when the value needs the current event's own value of the column."""
+        return self.agg in CURRENT_VALUE_AGGREGATIONS
+
+    @property
     def aggregates_window(self) -> bool:
         """True when the value depends on every event of the window (not only the latest one)."""
         return self.agg != "seconds_since_previous"
 
     @model_validator(mode="after")
     def _column_for_value_aggs(self) -> FeatureSpec:
-        needs_column = self.agg in ("mean", "max", "sum")
+        needs_column = self.agg in ("mean", "max", "sum", *CURRENT_VALUE_AGGREGATIONS)
         if needs_column and self.column is None:
             raise ValueError(f"feature {self.name!r}: aggregation {self.agg!r} needs a column")
         if not needs_column and self.column is not None:
@@ -149,6 +168,12 @@ class FeatureViewSpec(_Strict):
     def uses_labels(self) -> bool:
         """True when a feature aggregates the label (the history then keeps each event's label)."""
         return any(f.is_label for f in self.features)
+
+    @cached_property
+    def current_value_columns(self) -> list[str]:
+        """Columns whose current value (the event's own, from the request) a feature compares with
+        the window (sorted)."""
+        return sorted({str(f.column) for f in self.features if f.uses_current_value})
 
 
 class NumericInput(_Strict):
@@ -282,6 +307,22 @@ class DataContract(_Strict):
         if undeclared:
             raise ValueError(f"behaviour.invariant names undeclared columns: {undeclared}")
 
+    @model_validator(mode="after")
+    def _current_values_are_request_inputs(self) -> DataContract:
+        """A feature of the current value reads it from the request: its column is a raw numeric
+        model input (a ratio's column is never negative)."""
+        raw = {n.name for n in self.model_inputs.numeric}
+        for feature in (f for v in self.feature_views for f in v.features if f.uses_current_value):
+            if feature.column not in raw:
+                raise ValueError(f"feature {feature.name!r}: {feature.agg} compares the request's own value of "
+                                 f"{feature.column!r}, so it must be a raw numeric model input "
+                                 "(model_inputs.numeric)")
+            low = self.column(str(feature.column)).min
+            if feature.agg == "ratio_to_mean" and (low is None or low < 0):
+                raise ValueError(f"feature {feature.name!r}: ratio_to_mean needs a column that is never "
+                                 f"negative (min >= 0); {feature.column!r} has min {low}")
+        return self
+
     def column(self, name: str) -> Column:
         for col in self.columns:
             if col.name == name:
@@ -315,6 +356,10 @@ class DataContract(_Strict):
                 bounds[feature.name] = (0.0, 1.0)
             elif feature.agg == "seconds_since_previous":
                 bounds[feature.name] = (0.0, feature.window_delta.total_seconds())
+            elif feature.agg == "ratio_to_mean":  # a non-negative value over a positive mean (or 1)
+                bounds[feature.name] = (0.0, None)
+            elif feature.agg == "zscore":
+                bounds[feature.name] = (None, None)
             else:
                 column = self.column(str(feature.column))
                 low = None if column.min is None else min(0.0, column.min)

@@ -257,3 +257,29 @@ def test_label_features_need_a_delay_and_only_they_take_one() -> None:
                                             {"name": "frauds", "agg": "label_count", "window": "7d", "delay": "1d"}]
     bounds = DataContract.model_validate(raw).feature_bounds
     assert (bounds["fraud_rate"], bounds["frauds"]) == ((0.0, 1.0), (0.0, None))
+
+
+def test_current_value_features_compare_a_raw_numeric_request_input() -> None:
+    raw = yaml.safe_load(BUNDLED_CONTRACT.read_text())
+    features = raw["feature_views"][0]["features"]
+
+    def validated(feature: dict[str, Any], **column: Any) -> DataContract:
+        changed = copy.deepcopy(raw)
+        changed["feature_views"][0]["features"] = [*features, feature]
+        changed["columns"] = [{**c, **column} if c["name"] == "amount" else c for c in changed["columns"]]
+        return DataContract.model_validate(changed)
+
+    ratio = {"name": "amount_ratio", "agg": "ratio_to_mean", "column": "amount", "window": "1d"}
+    zscore = {"name": "amount_z", "agg": "zscore", "column": "amount", "window": "7d"}
+    contract = validated(ratio)
+    view = contract.feature_views[0]
+    assert (view.current_value_columns, view.features[-1].uses_current_value) == (["amount"], True)
+    assert contract.feature_bounds["amount_ratio"] == (0.0, None)
+    assert validated(zscore, min=-5.0).feature_bounds["amount_z"] == (None, None)  # a z-score takes any sign
+    with pytest.raises(ValueError, match="ratio_to_mean needs a column that is never negative"):
+        validated(ratio, min=-5.0)
+    with pytest.raises(ValueError, match="needs a column"):
+        validated({**zscore, "column": None})
+    # The label is declared but no request carries it: a feature cannot compare "the current label".
+    with pytest.raises(ValueError, match="'is_fraud', so it must be a raw numeric model input"):
+        validated({**zscore, "column": "is_fraud"})
