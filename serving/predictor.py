@@ -79,7 +79,7 @@ class Predictor:
             # model_construct: every value comes from the validated request and the store.
             gathered.append(PredictionInputs.model_construct(
                 event_id=event.event_id, event_timestamp=event.moment, entities=dict(event.keys), inputs=inputs,
-                features=compute_features(self.contract, histories, event.moment),
+                features=compute_features(self.contract, histories, event.moment, event.values),
                 unknown_entities=unknown_entities(self.contract, histories, event.moment),
                 unknown_categories=[name for name, known in self._categories.items() if inputs[name] not in known]))
         self.metrics.gathered(time.perf_counter() - started, gathered)

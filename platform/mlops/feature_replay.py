@@ -22,6 +22,7 @@ def replay_features(frame: pd.DataFrame, contract: DataContract) -> pd.DataFrame
     keys = {v.view_name: contract.entity(v.entity).join_key for v in contract.feature_views}
     state: dict[tuple[str, str], History] = {}
     rows: dict[Any, dict[str, float]] = {}
+    columns = sorted({c for view in contract.feature_views for c in view.value_columns})
     labelled = contract.label_column in frame  # the replay knows every label, as the backfill does
     moments = pd.to_datetime(frame[ts], utc=True)
     for index in moments.sort_values(kind="stable").index:
@@ -29,10 +30,11 @@ def replay_features(frame: pd.DataFrame, contract: DataContract) -> pd.DataFrame
         moment = moments.loc[index]
         histories = {name: state.get((name, str(record[key])), empty_history(view))
                      for view in contract.feature_views for name, key in [(view.view_name, keys[view.view_name])]}
-        rows[index] = compute_features(contract, histories, moment)
+        current = {c: float(record[c]) for c in columns}
+        rows[index] = compute_features(contract, histories, moment, current)
         for view in contract.feature_views:
             appended = append_event(view, histories[view.view_name], str(record[row_id]), to_micros(moment),
-                                    {c: float(record[c]) for c in view.value_columns},
+                                    {c: current[c] for c in view.value_columns},
                                     float(record[contract.label_column]) if labelled else None)
             if appended is not None:
                 state[(view.view_name, str(record[keys[view.view_name]]))] = appended

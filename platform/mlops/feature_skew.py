@@ -50,7 +50,8 @@ def check_skew(settings: Settings, contract: DataContract, *, sample: int, toler
                         differing=0, max_abs_diff=0.0, worst_feature=None, worst_event=None)
     if not covered:
         return report
-    asked = pd.DataFrame([{**r.entities, ts: pd.Timestamp(r.event_timestamp)} for r in covered])
+    # The logged raw inputs carry the request's own values that ratio_to_mean and zscore compare.
+    asked = pd.DataFrame([{**r.inputs, **r.entities, ts: pd.Timestamp(r.event_timestamp)} for r in covered])
     answers = offline_features(settings, contract, asked)[contract.feature_names].to_dict("records")
     for record, offline in zip(covered, answers, strict=True):
         # A feature the service did not log counts as infinitely different.

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mlops.backfill import backfill_features
-from mlops.backfill.duckdb_engine import connection, features_at, parquet_scan
+from mlops.backfill.duckdb_engine import connection, current_value_columns, features_at, parquet_scan
 from mlops.backfill.window_sql import quoted
 from mlops.contract import DataContract
 from mlops.errors import FeatureStoreError, InputError
@@ -62,17 +62,17 @@ def offline_features(settings: Settings, contract: DataContract, rows: pd.DataFr
 
     Each row's features aggregate the stored events strictly before its own time, whether or not
     the row itself is stored: what training had for a stored transaction, and what the history
-    gave at any other moment. Same rows, same order.
+    gave at any other moment. Same rows, same order. A feature comparing the row's own value
+    (``ratio_to_mean``, ``zscore``) reads it from ``rows``.
     """
     import pandas as pd
 
     path = require_offline(settings)
-    missing = [c for c in [contract.timestamp_column, *(e.join_key for e in contract.entities)]
-               if c not in rows.columns]
+    asked = [contract.timestamp_column, *(e.join_key for e in contract.entities), *current_value_columns(contract)]
+    missing = [c for c in asked if c not in rows.columns]
     if missing:
         raise InputError(f"the rows have no column(s) {', '.join(missing)}", field=missing[0])
-    queries = rows[[contract.timestamp_column, *(e.join_key for e in contract.entities)]].assign(
-        __query=range(len(rows)))
+    queries = rows[asked].assign(__query=range(len(rows)))
     with connection(settings.feast_dir / ".query.spill") as con:
         con.register("queries", queries)
         answer = con.sql(features_at(contract, parquet_scan(path), "queries") + " ORDER BY __query").df()

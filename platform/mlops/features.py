@@ -16,6 +16,12 @@ Label features look back past a delay: at t they aggregate the 0/1 labels of the
 [t - delay - window, t - delay). A view with one keeps each event's label in its history, NaN
 until ``mlops labels ingest`` delivers it (:func:`set_labels`); only delivered labels count, where
 the offline backfill knows every label.
+
+``ratio_to_mean`` and ``zscore`` compare the current event's own value (which the request carries)
+with the entity's window [t - window, t): :func:`compute_features` takes it as ``current``. The
+window's mean is its exactly rounded sum over its count; the z-score's variance is the corrected
+two-pass one (squared deviations from that mean), within a few ulps of the exact variance, as the
+engines' stable ``var_pop`` is. All-equal values (min = max: an exact test) give a z-score of 0.
 """
 
 from __future__ import annotations
@@ -141,7 +147,21 @@ def _label_value(feature: FeatureSpec, history: History, t_us: int) -> float:
     return positives / len(known) if known else 0.0
 
 
-def _window_value(feature: FeatureSpec, history: History, t_us: int) -> float:
+def current_value_score(agg: str, value: float, selected: Sequence[float]) -> float:
+    """``ratio_to_mean`` or ``zscore`` of ``value`` against the window's values ``selected``."""
+    n = len(selected)
+    mean = math.fsum(selected) / n if n else 0.0
+    if agg == "ratio_to_mean":
+        return 1.0 if n == 0 or mean == 0 else value / mean
+    if n < 2 or min(selected) == max(selected):
+        return 0.0
+    deviations = [x - mean for x in selected]
+    squares = math.fsum(d * d for d in deviations) - math.fsum(deviations) ** 2 / n
+    return (value - mean) / math.sqrt(squares / n)
+
+
+def _window_value(feature: FeatureSpec, history: History, t_us: int,
+                  current: Mapping[str, float] | None = None) -> float:
     if feature.is_label:
         return _label_value(feature, history, t_us)
     window_us = int(feature.window_delta.total_seconds() * _MICROS)
@@ -155,6 +175,11 @@ def _window_value(feature: FeatureSpec, history: History, t_us: int) -> float:
     if feature.column is None:  # the contract forbids this; narrows the type
         raise ValueError(f"feature {feature.name!r} has no column")
     selected = history.values[feature.column][start:end]
+    if feature.uses_current_value:
+        if current is None or feature.column not in current:
+            raise ValueError(f"feature {feature.name!r} compares the current value of {feature.column!r}: "
+                             "pass the event's own values as current")
+        return current_value_score(feature.agg, float(current[feature.column]), selected)
     if not selected:
         return 0.0
     if feature.agg == "max":
@@ -177,17 +202,19 @@ def time_feature_values(names: Sequence[str], moment: datetime | pd.Timestamp) -
 
 
 def compute_features(contract: DataContract, histories: Mapping[str, History],
-                     moment: datetime | pd.Timestamp) -> dict[str, float]:
+                     moment: datetime | pd.Timestamp, current: Mapping[str, float] | None = None) -> dict[str, float]:
     """Every computed model input at ``moment``, in ``contract.feature_names`` order.
 
-    ``histories`` maps each feature view's name to its entity's history (missing = no events).
+    ``histories`` maps each feature view's name to its entity's history (missing = no events);
+    ``current``: the event's own values of the columns its ``ratio_to_mean`` and ``zscore``
+    features compare (needed only by those).
     """
     t_us = to_micros(moment)
     result: dict[str, float] = {}
     for view in contract.feature_views:
         history = histories.get(view.view_name) or empty_history(view)
         for feature in view.features:
-            result[feature.name] = _window_value(feature, history, t_us)
+            result[feature.name] = _window_value(feature, history, t_us, current)
     result.update(time_feature_values(contract.time_features, moment))
     return result
 

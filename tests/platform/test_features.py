@@ -10,6 +10,7 @@ import random
 import time
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
+from fractions import Fraction
 from pathlib import Path
 
 import pandas as pd
@@ -90,6 +91,9 @@ def brute_force(frame: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
                     continue
                 assert feature.column is not None
                 amounts = [float(a) for a in inside[feature.column]]
+                if feature.uses_current_value:
+                    values[feature.name] = exact_score(feature.agg, float(row[feature.column]), amounts)
+                    continue
                 values[feature.name] = {
                     "sum": math.fsum(amounts), "max": max(amounts, default=0.0),
                     "mean": math.fsum(amounts) / len(amounts) if amounts else 0.0,
@@ -102,6 +106,19 @@ def brute_force(frame: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
                    "day_of_week_cos": math.cos(2 * math.pi * day / 7)}
         out.append({name: values[name] for name in contract.feature_names})
     return pd.DataFrame(out, index=frame.index)
+
+
+def exact_score(agg: str, value: float, window: list[float]) -> float:
+    """``ratio_to_mean`` / ``zscore`` of ``value`` against ``window`` in exact rational arithmetic."""
+    n = len(window)
+    exact = [Fraction(x) for x in window]
+    mean = sum(exact, Fraction(0)) / n if n else Fraction(0)
+    if agg == "ratio_to_mean":
+        return 1.0 if mean == 0 else float(Fraction(value) / mean)
+    if n < 2 or min(window) == max(window):
+        return 0.0
+    variance = sum(((x - mean) ** 2 for x in exact), Fraction(0)) / n
+    return float(Fraction(value) - mean) / math.sqrt(float(variance))
 
 
 def assert_features_equal(got: pd.DataFrame, expected: pd.DataFrame) -> None:
@@ -340,8 +357,9 @@ def online(contract: DataContract, tmp_path_factory: pytest.TempPathFactory) -> 
 
 def _serve(online: OnlineFeatures, contract: DataContract, row: pd.Series) -> dict[str, float]:
     keys = {e.join_key: str(row[e.join_key]) for e in contract.entities}
-    [histories] = online.record_events([OnlineEvent(keys, row["transaction_id"], row[TS], {"amount": row["amount"]})])
-    return compute_features(contract, histories, row[TS])
+    event = OnlineEvent(keys, row["transaction_id"], row[TS], {"amount": row["amount"]})  # as the predictor gathers it
+    [histories] = online.record_events([event])
+    return compute_features(contract, histories, row[TS], event.values)
 
 
 @hypothesis_settings(max_examples=30, deadline=None)
@@ -537,3 +555,148 @@ def test_the_training_table_never_sees_labels_inside_the_delay(labelled: DataCon
     assert_features_equal(original[labelled.feature_names],
                           brute_force(frame, labelled).set_axis(frame["transaction_id"]).sort_index())
     assert original[labelled.feature_names[-8:]].to_numpy().any()  # the label features are not all zero
+
+
+# The current value against the entity's own window: a ratio to the mean and a z-score per view, on
+# windows whose edges the streams hit; amounts often repeat (equal values: a z-score of 0).
+CURRENT_VALUE_FEATURES = {
+    "customer": [{"name": "customer_amount_ratio_24h", "agg": "ratio_to_mean", "column": "amount", "window": "24h"},
+                 {"name": "customer_amount_zscore_7d", "agg": "zscore", "column": "amount", "window": "7d"}],
+    "merchant": [{"name": "merchant_amount_zscore_1h", "agg": "zscore", "column": "amount", "window": "1h"},
+                 {"name": "merchant_amount_ratio_30d", "agg": "ratio_to_mean", "column": "amount", "window": "30d"}],
+}
+_AMOUNTS = st.one_of(st.sampled_from([0.5, 2.5, 40.0]),
+                     st.integers(min_value=1, max_value=500_000).map(lambda c: c / 100))
+CURRENT_STREAMS = st.lists(st.tuples(st.sampled_from(["c1", "c2", "c3"]), st.sampled_from(["m1", "m2"]),
+                                     _WIDE_OFFSETS, _AMOUNTS), min_size=1, max_size=30)
+
+
+def with_current_value_features(contract: DataContract) -> DataContract:
+    raw = contract.model_dump(mode="json")
+    for view in raw["feature_views"]:
+        view["features"] += CURRENT_VALUE_FEATURES[view["entity"]]
+    return DataContract.model_validate(raw)
+
+
+@pytest.fixture(scope="module")
+def scored(contract: DataContract) -> DataContract:
+    return with_current_value_features(contract)
+
+
+def test_current_value_features_by_hand(scored: DataContract, tmp_path: Path) -> None:
+    half = timedelta(minutes=30)
+    frame = stream_frame([("c1", "m1", timedelta(0), 10.0), ("c1", "m1", half, 20.0),
+                          ("c1", "m1", 2 * half, 30.0), ("c1", "m1", 2 * half, 5.0),  # a tie: neither sees the other
+                          ("c2", "m2", timedelta(0), 5.0), ("c2", "m2", half, 5.0), ("c2", "m2", 2 * half, 7.0),
+                          ("c3", "m2", 3 * half, 0.0), ("c3", "m2", 4 * half, 0.0), ("c3", "m2", 5 * half, 3.0),
+                          ("c1", "m1", 2 * half + _DAY, 1.0)])  # exactly 24 h after the tie: only the tie is in 24 h
+    expected = brute_force(frame, scored)
+    assert_features_equal(backfilled(frame, scored, tmp_path), expected)
+    assert_features_equal(replay_features(frame.sample(frac=1.0, random_state=3), scored).loc[frame.index], expected)
+    # An empty window's ratio is 1; a window of zeros too; 30 against {10, 20}: twice the mean, 3 std above.
+    assert expected["customer_amount_ratio_24h"].tolist() == [1.0, 2.0, 2.0, 1 / 3, 1.0, 1.0, 1.4, 1.0, 1.0, 1.0,
+                                                               1 / 17.5]
+    assert expected["customer_amount_zscore_7d"].tolist()[:7] == [0.0, 0.0, 3.0, -2.0, 0.0, 0.0, 0.0]  # {5, 5}: 0
+    # 1 at 24 h 1 min against {10, 20, 30, 5}: mean 16.25, population std sqrt(92.1875).
+    assert expected["customer_amount_zscore_7d"].iloc[-1] == pytest.approx(-15.25 / math.sqrt(92.1875), abs=1e-12)
+    # m2's 1 h window [t - 1h, t): {5, 5} at 1 h (equal: 0); 0 at 1.5 h against {5, 7} (mean 6, std 1);
+    # 0 at 2 h against {7, 0} (mean 3.5, std 3.5); 3 at 2.5 h against {0, 0} (equal: 0).
+    assert expected["merchant_amount_zscore_1h"].tolist()[4:10] == [0.0, 0.0, 0.0, -6.0, -1.0, 0.0]
+
+
+@hypothesis_settings(max_examples=40, deadline=None)
+@given(events=CURRENT_STREAMS)
+def test_current_value_features_backfill_equals_brute_force_and_the_online_computation(
+        scored: DataContract, tmp_path_factory: pytest.TempPathFactory,
+        events: list[tuple[str, str, timedelta, float]]) -> None:
+    frame = stream_frame(events)
+    got = backfilled(frame, scored, tmp_path_factory.mktemp("current"))
+    assert_features_equal(got, brute_force(frame, scored))
+    assert_features_equal(got, replay_features(frame.sample(frac=1.0, random_state=0), scored).loc[frame.index])
+
+
+@pytest.fixture(scope="module")
+def scored_online(scored: DataContract, tmp_path_factory: pytest.TempPathFactory) -> OnlineFeatures:
+    settings = Settings(home=tmp_path_factory.mktemp("scored-online"))
+    seed = stream_frame([("seed", "seed", timedelta(0), 1.0)])
+    return OnlineFeatures(FeastOnlineRows(publish_features(seed, scored, settings)), scored)
+
+
+@hypothesis_settings(max_examples=25, deadline=None)
+@given(events=CURRENT_STREAMS, seed=st.integers(0, 2**16))
+def test_current_value_features_through_the_online_store_match_brute_force(
+        scored: DataContract, scored_online: OnlineFeatures, events: list[tuple[str, str, timedelta, float]],
+        seed: int) -> None:
+    """Requests in time order (ties in random order): the request's own amount against the stored history."""
+    frame = stream_frame(events, prefix=f"{uuid.uuid4().hex[:8]}-")
+    order = sorted(range(len(frame)), key=lambda i: (frame[TS].iloc[i], random.Random(seed + i).random()))
+    served = {i: _serve(scored_online, scored, frame.iloc[i]) for i in order}
+    got = pd.DataFrame([served[i] for i in range(len(frame))], index=frame.index)
+    assert_features_equal(got, brute_force(frame, scored))
+
+
+def test_current_value_features_need_the_current_value(scored: DataContract) -> None:
+    with pytest.raises(ValueError, match="compares the current value of 'amount'"):
+        compute_features(scored, {}, BASE)
+    empty = compute_features(scored, {}, BASE, {"amount": 12.5})
+    assert [empty[f["name"]] for fs in CURRENT_VALUE_FEATURES.values() for f in fs] == [1.0, 0.0, 0.0, 1.0]
+
+
+def test_offline_features_at_a_new_moment_compare_the_rows_own_value(scored: DataContract, tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path)
+    frame = stream_frame([("c1", "m1", timedelta(0), 10.0), ("c1", "m1", timedelta(minutes=30), 20.0)])
+    publish_features(frame, scored, settings)
+    asked = frame.iloc[1:].assign(transaction_id="new", amount=45.0, **{TS: frame[TS].iloc[1] + timedelta(minutes=1)})
+    got = offline_features(settings, scored, asked)
+    expected = brute_force(pd.concat([frame, asked], ignore_index=True), scored).iloc[-1:].set_axis(asked.index)
+    assert_features_equal(got[scored.feature_names], expected)
+    assert got["customer_amount_ratio_24h"].iloc[0] == 3.0  # 45 against {10, 20}
+    with pytest.raises(InputError, match="no column\\(s\\) amount"):
+        offline_features(settings, scored, asked.drop(columns="amount"))
+
+
+def test_zscore_of_nearly_equal_large_values_has_no_cancellation(scored: DataContract, tmp_path: Path) -> None:
+    """Values of 50,000 a cent or two apart: the naive E[x^2] - E[x]^2 loses the variance's digits
+    (~1e-4 against squares of 2.5e9); the two-pass and var_pop agree with exact arithmetic up to the
+    rounding of the mean itself (ulp(50,000) / std, ~1e-10 of a z-score of 1)."""
+    rng = random.Random(7)
+    events = [("c1", "m1", timedelta(minutes=rng.randint(0, 600)), 50_000 + rng.randint(-2, 2) / 100)
+              for _ in range(40)]
+    frame = stream_frame(events)
+    expected = brute_force(frame, scored)
+    for got in (backfilled(frame, scored, tmp_path), replay_features(frame, scored)):
+        error = (got - expected).abs() / expected.abs().clip(lower=1.0)
+        assert float(error.max().max()) <= 1e-9, error.max()
+    assert expected["customer_amount_zscore_7d"].abs().max() > 1.0  # the z-scores are not all 0
+    window = [float(a) for a in frame["amount"].iloc[:20]]
+    naive = math.fsum(x * x for x in window) / 20 - (math.fsum(window) / 20) ** 2
+    exact = float(sum(((Fraction(x) - sum(map(Fraction, window)) / 20) ** 2 for x in window), Fraction(0)) / 20)
+    assert abs(naive - exact) > 1e-3 * exact  # what the naive formula would have served
+
+
+def test_the_skew_check_compares_current_value_features_with_the_logged_inputs(
+        scored: DataContract, tmp_path: Path) -> None:
+    """Offline features at a logged prediction take its own amount from the logged inputs."""
+    from mlops.feature_skew import check_skew
+    from mlops.prediction_log import PredictionLog, PredictionRecord, log_dir
+
+    settings = Settings(home=tmp_path)
+    rng = random.Random(11)
+    frame = stream_frame([(rng.choice(["c1", "c2"]), rng.choice(["m1", "m2"]), timedelta(minutes=rng.randint(0, 300)),
+                           rng.randint(1, 9_999) / 100) for _ in range(30)])
+    publish_features(frame, scored, settings)
+    served = replay_features(frame, scored)
+    log = PredictionLog(log_dir(settings), fsync_interval_s=0)
+    try:
+        log.write([PredictionRecord(
+            event_id=row["transaction_id"], event_timestamp=row[TS],
+            entities={"customer_id": row["customer_id"], "merchant_id": row["merchant_id"]},
+            inputs={"amount": row["amount"]}, features=features, unknown_entities=[],
+            unknown_categories=[], logged_at=row[TS], probability=0.5, decision="legit",
+            model_name="m", model_version="1") for row, features in zip(frame.to_dict("records"),
+                                                                        served.to_dict("records"), strict=True)])
+    finally:
+        log.close()
+    report = check_skew(settings, scored, sample=30, tolerance=1e-9)
+    assert (report.compared, report.differing) == (30, 0), report
+    assert served["customer_amount_zscore_7d"].abs().max() > 0

@@ -235,3 +235,37 @@ def test_the_engine_setting_gives_one_file_equal_to_the_spark_backfill(
     reference = pd.read_parquet(hot_features).set_index("transaction_id").loc[got.index]
     np.testing.assert_allclose(got[contract.feature_names].to_numpy(float),
                                reference[contract.feature_names].to_numpy(float), rtol=0, atol=1e-9)
+
+
+# A ratio to the mean and a z-score per view; amounts repeat often (equal values: a z-score of 0).
+_CURRENT_VALUE_FEATURES = {
+    "customer": [{"name": "customer_amount_ratio_24h", "agg": "ratio_to_mean", "column": "amount", "window": "24h"},
+                 {"name": "customer_amount_zscore_7d", "agg": "zscore", "column": "amount", "window": "7d"}],
+    "merchant": [{"name": "merchant_amount_zscore_1h", "agg": "zscore", "column": "amount", "window": "1h"}],
+}
+_REPEATING_STREAMS = st.lists(st.lists(st.tuples(
+    st.sampled_from(["c1", "c2", "c3"]), st.sampled_from(["m1", "m2"]), _OFFSETS,
+    st.one_of(st.sampled_from([0.5, 2.5, 40.0]), st.integers(1, 500_000).map(lambda cents: cents / 100))),
+    min_size=1, max_size=20), min_size=10, max_size=30)
+
+
+@hypothesis_settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(streams=_REPEATING_STREAMS)
+def test_spark_current_value_features_equal_duckdb_on_streams_with_ties_and_edges(
+    spark: SparkSession, contract: DataContract, tmp_path_factory: pytest.TempPathFactory,
+    streams: list[list[tuple[str, str, timedelta, float]]],
+) -> None:
+    """ratio_to_mean and zscore of the row's own amount: Spark equals DuckDB and the replay."""
+    raw = contract.model_dump(mode="json")
+    for view in raw["feature_views"]:
+        view["features"] += _CURRENT_VALUE_FEATURES[view["entity"]]
+    scored = DataContract.model_validate(raw)
+    frame = streams_frame(streams)
+    got = backfill_frame(spark.createDataFrame(frame), scored).toPandas()
+    assert max_feature_difference(got, frame, scored) <= 1e-9
+    folder = tmp_path_factory.mktemp("spark-current")
+    frame.to_parquet(folder / "raw.parquet", index=False)
+    backfill_duckdb(folder / "raw.parquet", folder / "duckdb.parquet", scored)
+    duck = pd.read_parquet(folder / "duckdb.parquet").set_index("transaction_id").loc[got["transaction_id"]]
+    difference = np.abs(got[scored.feature_names].to_numpy() - duck[scored.feature_names].to_numpy())
+    assert float(difference.max()) <= 1e-9

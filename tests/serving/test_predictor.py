@@ -188,6 +188,34 @@ def test_requests_gathered_together_see_each_other_in_order(
         "customer_txn_count_1h"] == 3.0
 
 
+def test_the_requests_own_amount_is_compared_with_the_customers_window(
+        contract: DataContract, tmp_path: Path) -> None:
+    """ratio_to_mean and zscore take the amount the request carries, against the history before it."""
+    import pandas as pd
+
+    raw = contract.model_dump(mode="json")
+    raw["feature_views"][0]["features"] += [
+        {"name": "customer_amount_ratio_24h", "agg": "ratio_to_mean", "column": "amount", "window": "24h"},
+        {"name": "customer_amount_zscore_7d", "agg": "zscore", "column": "amount", "window": "7d"}]
+    scored = DataContract.model_validate(raw)
+    settings = Settings(home=tmp_path)
+    seed = {"transaction_id": "seed", "customer_id": "seed", "merchant_id": "seed", "event_timestamp": WHEN,
+            "amount": 1.0}
+    publish_features(pd.DataFrame([seed]), scored, settings)
+    online = open_online_features(settings, scored)
+    try:
+        predictor = Predictor(scored, online, ServiceMetrics(), max_clock_skew=SKEW)
+        request_model = build_request_model(scored)
+        card = _request(request_model).customer_id  # type: ignore[attr-defined]
+        batch = [_request(request_model, customer_id=card, event_timestamp=WHEN + timedelta(minutes=i), amount=a)
+                 for i, a in enumerate((0.25, 0.75, 1.5))]
+        gathered = predictor.gather(batch, predictor.event_times(batch))
+    finally:
+        online.close()
+    assert [g.features["customer_amount_ratio_24h"] for g in gathered] == [1.0, 3.0, 3.0]  # 1.5 against {0.25, 0.75}
+    assert [g.features["customer_amount_zscore_7d"] for g in gathered] == [0.0, 0.0, 4.0]  # mean 0.5, std 0.25
+
+
 def test_score_counts_predictions_and_observes_each_probability(
         predictor: Predictor, loaded: LoadedModel, request_model: type[BaseModel]) -> None:
     rows = [_gather(predictor, _request(request_model, amount=a)) for a in (0.125, 0.625)]

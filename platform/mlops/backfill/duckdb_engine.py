@@ -71,6 +71,11 @@ def needed_columns(contract: DataContract) -> list[str]:
     return list(dict.fromkeys([contract.id_column, contract.timestamp_column, *keys, *values]))
 
 
+def current_value_columns(contract: DataContract) -> list[str]:
+    """The columns whose own value of a row (or a request) some feature compares with its window."""
+    return sorted({c for v in contract.feature_views for c in v.current_value_columns})
+
+
 def backfill_duckdb(source: Path, out: Path, contract: DataContract) -> None:
     """Every row of ``source`` with its point-in-time features (float64, contract names) into ``out``."""
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -88,10 +93,12 @@ def features_at(contract: DataContract, events: str, queries: str) -> str:
     against the rows of ``events``, as ``__query`` plus one column per feature.
 
     A query row is never counted as an event, so a moment the events table does not hold (a live
-    request) gets the features the entity's history gave at that moment.
+    request) gets the features the entity's history gave at that moment. ``queries`` also carries
+    :func:`current_value_columns` (a request's own values, which ``ratio_to_mean`` and ``zscore`` compare).
     """
     names = needed_columns(contract)[1:]  # the id plays no part in a feature
-    keys = {contract.timestamp_column, *(contract.entity(v.entity).join_key for v in contract.feature_views)}
+    keys = {contract.timestamp_column, *(contract.entity(v.entity).join_key for v in contract.feature_views),
+            *current_value_columns(contract)}
     event_columns = ", ".join(quoted(c) for c in names)
     query_columns = ", ".join(quoted(c) if c in keys else f"NULL AS {quoted(c)}" for c in names)
     union = (f"SELECT {event_columns}, TRUE AS {EVENT_FLAG}, NULL::BIGINT AS __query FROM {events} "

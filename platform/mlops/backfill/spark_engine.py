@@ -6,7 +6,8 @@ every window feature is a Spark window over the entity's rows ordered by epoch m
 transaction and every other of its instant are excluded whatever order ties arrive in.
 ``seconds_since_previous`` is the entity's latest earlier instant (unbounded preceding .. -1), capped
 at its window. A label feature sums (and counts) the 0/1 label over
-``rangeBetween(-(delay + window), -(delay + 1))``, exactly [t - delay - window, t - delay). The
+``rangeBetween(-(delay + window), -(delay + 1))``, exactly [t - delay - window, t - delay).
+``ratio_to_mean`` and ``zscore`` compare the row's own value with the window's mean (and ``var_pop``). The
 time features repeat :func:`mlops.features.time_feature_values`'s floating-point
 operations on the same microseconds.
 
@@ -174,8 +175,23 @@ def _window_feature(feature: FeatureSpec, by_entity: WindowSpec, label: str) -> 
         return sf.count(sf.lit(1)).over(in_window).cast("double")
     if feature.column is None:  # the contract forbids this; narrows the type
         raise ConfigError(f"feature {feature.name!r} has no column")
+    if feature.uses_current_value:
+        return _current_value_feature(feature.agg, sf.col(feature.column).cast("double"), in_window)
     aggregate = {"sum": sf.sum, "mean": sf.avg, "max": sf.max}[feature.agg]
     return sf.coalesce(aggregate(sf.col(feature.column).cast("double")).over(in_window), sf.lit(0.0))
+
+
+def _current_value_feature(agg: str, value: Column, in_window: WindowSpec) -> Column:
+    """``ratio_to_mean`` / ``zscore`` of the row's own ``value`` against the window's (see mlops.features)."""
+    from pyspark.sql import functions as sf
+
+    count = sf.count(value).over(in_window)
+    mean = sf.avg(value).over(in_window)
+    if agg == "ratio_to_mean":
+        return sf.when((count == 0) | (mean == 0), sf.lit(1.0)).otherwise(value / mean)
+    constant = sf.min(value).over(in_window) == sf.max(value).over(in_window)
+    return (sf.when((count < 2) | constant, sf.lit(0.0))
+            .otherwise((value - mean) / sf.sqrt(sf.var_pop(value).over(in_window))))
 
 
 def _time_features(names: tuple[str, ...]) -> dict[str, Column]:

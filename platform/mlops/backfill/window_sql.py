@@ -11,6 +11,11 @@ empty window gives 0 and the cap, as for an entity nobody has seen. Sums use Duc
 A label feature (``label_count``, ``label_rate``) aggregates the contract's 0/1 label over the events
 in [t - delay - window, t - delay): the frame ``RANGE BETWEEN delay + window PRECEDING AND delay + 1
 PRECEDING``. Offline every label is known; a NULL label is skipped, as online skips one not yet delivered.
+
+``ratio_to_mean`` and ``zscore`` compare the row's own value of the column (a query row carries it,
+as a request does) with the same window: the mean is ``fsum / count`` as for ``mean``, the variance
+DuckDB's ``var_pop`` (a stable streaming update, within a few ulps of the exact one like the online
+two-pass); all-equal values (``min = max``) give a z-score of 0.
 """
 
 from __future__ import annotations
@@ -52,6 +57,16 @@ def _label_feature_sql(feature: FeatureSpec, key: str, label: str, events_only: 
     return f"CASE WHEN {known} = 0 THEN 0.0 ELSE {positives} / {known} END"
 
 
+def _current_value_sql(feature: FeatureSpec, own: str, value: str, frame: str) -> str:
+    """``ratio_to_mean`` / ``zscore`` of the row's own value ``own`` against the frame's ``value``s."""
+    count = f"count({value}) {frame}"
+    mean = f"(fsum({value}) {frame} / {count})"
+    if feature.agg == "ratio_to_mean":
+        return f"CASE WHEN {count} = 0 OR {mean} = 0 THEN 1.0 ELSE {own} / {mean} END"
+    return (f"CASE WHEN {count} < 2 OR min({value}) {frame} = max({value}) {frame} THEN 0.0 "
+            f"ELSE ({own} - {mean}) / sqrt(var_pop({value}) {frame}) END")
+
+
 def window_feature_sql(feature: FeatureSpec, key: str, *, events_only: bool = False,
                        label: str | None = None) -> str:
     """One window feature of one row, as a DOUBLE expression (``label``: the contract's label column)."""
@@ -70,7 +85,10 @@ def window_feature_sql(feature: FeatureSpec, key: str, *, events_only: bool = Fa
         return f"CAST({count} AS DOUBLE)"
     if feature.column is None:  # the contract forbids this; narrows the type
         raise ValueError(f"feature {feature.name!r} has no column")
-    value = _value(f"CAST({quoted(feature.column)} AS DOUBLE)", events_only)
+    own = f"CAST({quoted(feature.column)} AS DOUBLE)"
+    value = _value(own, events_only)
+    if feature.uses_current_value:
+        return _current_value_sql(feature, own, value, frame)
     if feature.agg == "max":
         return f"coalesce(max({value}) {frame}, 0.0)"
     total = f"coalesce(fsum({value}) {frame}, 0.0)"
