@@ -29,6 +29,7 @@ from starlette.concurrency import run_in_threadpool
 from feature_repo.online import open_online_features
 from mlops.contract import load_contract
 from mlops.prediction_log import PredictionLog, log_dir
+from mlops.store_location import check_home_location
 from serving import admin, oip
 from serving.answering import PredictJob
 from serving.body import json_response, openapi_body, read_model
@@ -108,6 +109,7 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
     """The prediction service for ``settings`` (default: from ``MLOPS_*`` environment variables)."""
     settings = settings or ServingSettings()
     admin.check_admin_settings(settings)
+    check_home_location(settings)  # a copied home is refused here, in one line, not served from the original
     # Named explicitly, the tracking store is never created by the service: a missing one is an outage.
     settings = settings.model_copy(update={"tracking_uri": settings.resolved_tracking_uri})
     contract = load_contract(settings.contract_path)

@@ -216,8 +216,11 @@ class ModelManager:
         self.current = loaded  # one reference assignment: a request sees the old or the new model, whole
         self.last_error = ""
         self.metrics.serving(loaded.served.name, loaded.served.version, loaded.alias)
-        log.info("serving %s version %s (alias %s) on %s; was %s", loaded.served.name, loaded.served.version,
-                 loaded.alias, ", ".join(loaded.model.providers),
+        served = loaded.served
+        source = (f"the cache {served.onnx_path}" if loaded.from_cache
+                  else f"the registry (models:/{served.name}/{served.version}, run {served.run_id})")
+        log.info("serving %s version %s (alias %s) from %s on %s; was %s", served.name, served.version,
+                 loaded.alias, source, ", ".join(loaded.model.providers),
                  previous.served.version if previous else "none")
 
     def _write_cache(self, alias: str, served: registry.ServedModel) -> None:

@@ -20,9 +20,17 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from mlops.errors import InputError, ModelNotReadyError, NotFoundError, PromotionConflictError, RegistryError
+from mlops.errors import (
+    ConfigError,
+    InputError,
+    ModelNotReadyError,
+    NotFoundError,
+    PromotionConflictError,
+    RegistryError,
+)
 from mlops.preflight import check_tracking_store, local_store_path
 from mlops.settings import Settings
+from mlops.store_location import check_home_location
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -71,6 +79,7 @@ def client(settings: Settings) -> MlflowClient:
 
     if settings.tracking_uri:
         check_tracking_store(settings.tracking_uri)
+    check_home_location(settings)  # a copied home would read the original's artifacts
     settings.resolved_home.mkdir(parents=True, exist_ok=True)
     # MLflow reads these on every call; there is no API for them. Short by default: an outage is
     # reported in seconds, not after MLflow's minutes of retries.
@@ -85,13 +94,17 @@ def client(settings: Settings) -> MlflowClient:
 def create_store(settings: Settings) -> Path | None:
     """Create the local tracking store the settings name (its folder too), on purpose; the path.
 
-    None for a tracking server, which keeps its own store. Safe to repeat on an existing store.
+    None for a tracking server, which keeps its own store. Safe to repeat on an existing store. The
+    store of a copied home is pointed at the copy's own artifacts.
     """
     from mlflow import MlflowClient
+
+    from mlops.store_location import relocate_store
 
     path = local_store_path(settings.resolved_tracking_uri)
     if path is None:
         return None
+    relocate_store(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
     MlflowClient(settings.resolved_tracking_uri).search_experiments(max_results=1)  # creates and migrates
     return path
@@ -123,7 +136,7 @@ def _registered_model(settings: Settings) -> RegisteredModel | None:
         if _missing(exc):
             return None
         raise RegistryError(f"model registry failed reading {settings.model_name!r}: {exc.message}") from exc
-    except RegistryError:
+    except (RegistryError, ConfigError):  # an outage, or a copied home (one line each, as they are)
         raise
     except Exception as exc:  # a store can fail in any way (connection, SQL); none of them is "no model"
         raise RegistryError(f"model registry unreachable: {type(exc).__name__}: {exc}") from exc

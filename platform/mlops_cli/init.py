@@ -15,11 +15,14 @@ from mlops_cli.output import load_settings as _settings
 
 
 def init_command() -> None:
-    """Create the tracking store MLOPS_TRACKING_URI names (default: SQLite under MLOPS_HOME), and its folder."""
+    """Create the tracking store MLOPS_TRACKING_URI names (default: SQLite under MLOPS_HOME), and its folder;
+    in a copied home, point its store at the copy's own artifacts."""
     settings = _settings()
     from mlops import registry
+    from mlops.store_location import recorded_artifact_root
 
     try:
+        copied_from = recorded_artifact_root(settings)
         path = registry.create_store(settings)
     except MLOpsError as exc:
         _fail(exc)
@@ -31,6 +34,9 @@ def init_command() -> None:
                       "nothing to create", highlight=False, soft_wrap=True)
     else:
         console.print(f"tracking store ready at {path}", highlight=False, soft_wrap=True)
+        if copied_from is not None:
+            console.print(f"its artifacts: {settings.artifact_root} (this home's own; the store named {copied_from})",
+                          highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -24,6 +24,7 @@ from feature_repo.store import materialize_online, publish_features
 from mlops import feature_store, registry
 from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
+from mlops.store_location import relocate_store
 from pipelines.training.export import export_and_check, log_model_to_mlflow
 from pipelines.training.trainer import TrainParams, train_model
 from serving.settings import ServingSettings
@@ -95,6 +96,7 @@ def platform_copy(built: ServedPlatform, tmp_path_factory: pytest.TempPathFactor
     home = tmp_path_factory.mktemp("served-home") / "home"
     shutil.copytree(original, home, symlinks=True, ignore=shutil.ignore_patterns("*-shm"))
     with _home_in_env(home):
+        relocate_store(ServingSettings())  # as `mlops init` in a copied home: its own artifacts
         yield replace(built, settings=ServingSettings(), onnx_path=home / built.onnx_path.relative_to(original))
 
 
