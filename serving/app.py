@@ -39,7 +39,13 @@ from serving.front import ServiceApp
 from serving.lifecycle import ModelManager
 from serving.metrics import ServiceMetrics
 from serving.predictor import Predictor
-from serving.schemas import HealthResponse, build_batch_models, build_request_model, build_response_model
+from serving.schemas import (
+    HealthResponse,
+    build_batch_models,
+    build_request_model,
+    build_response_model,
+    request_example,
+)
 from serving.settings import ServingSettings
 from serving.state import ServiceState
 
@@ -127,7 +133,7 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
     install_offline_docs(app)
 
     @app.post("/predict", responses={200: {"model": response_model}, **_ERROR_RESPONSES},
-              openapi_extra=openapi_body(request_model))
+              openapi_extra=openapi_body(request_model, example=request_example(contract)))
     async def predict(request: Request) -> Response:
         started = time.perf_counter()
         state.manager.require()  # 503 before reading the body when there is nothing to answer with
@@ -136,7 +142,7 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
         return json_response(single)
 
     @app.post("/predict/batch", responses={200: {"model": batch_response}, **_ERROR_RESPONSES},
-              openapi_extra=openapi_body(batch_request))
+              openapi_extra=openapi_body(batch_request, example={"instances": [request_example(contract)]}))
     async def predict_batch(request: Request) -> Response:
         started = time.perf_counter()
         state.manager.require()

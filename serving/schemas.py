@@ -58,6 +58,33 @@ def build_request_model(contract: DataContract) -> type[BaseModel]:
     return create_model("PredictionRequest", __config__=ConfigDict(extra="forbid"), **fields)
 
 
+_EXAMPLE_AMOUNT = 42.5  # a plain purchase; moved into a numeric input's [min, max] when it falls outside
+
+
+def _example_key(contract: DataContract, name: str, number: int) -> int | str:
+    """An id of the contract's dtype: an integer, or a short code of the usual shape (C000042 for customer_id)."""
+    if contract.key_is_int(name):
+        return number
+    return f"{name[:1].upper()}{number:06d}"
+
+
+def request_example(contract: DataContract) -> dict[str, Any]:
+    """A valid ``POST /predict`` body drawn from the contract, for the OpenAPI document (Swagger's
+    "Try it out"): ids of the declared dtype, each categorical input's first listed category (never
+    an unknown one), numbers inside their declared range, and no event time (the service uses now)."""
+    example: dict[str, Any] = {contract.id_column: _example_key(contract, contract.id_column, 1)}
+    for number, entity in enumerate(contract.entities, start=42):
+        example[entity.join_key] = _example_key(contract, entity.join_key, number)
+    for numeric in contract.model_inputs.numeric:
+        column = contract.column(numeric.name)
+        value = _EXAMPLE_AMOUNT if column.max is None else min(_EXAMPLE_AMOUNT, column.max)
+        example[numeric.name] = float(value if column.min is None else max(value, column.min))
+    for name in contract.model_inputs.categorical:
+        categories = contract.column(name).categories or ("unknown",)
+        example[name] = categories[0]
+    return example
+
+
 def build_response_model(contract: DataContract) -> type[BaseModel]:
     """The body of a successful prediction; the id field is named like the contract's id column."""
     fields: dict[str, Any] = {

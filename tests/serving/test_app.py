@@ -25,6 +25,7 @@ from served_platform import ServedPlatform
 
 from feature_repo.online import open_online_features
 from mlops import registry
+from mlops.contract import DataContract
 from mlops.features import compute_features, empty_history
 from mlops.inference import OnnxModel
 from mlops.prediction_log import PredictionInputs, log_dir, read_predictions
@@ -180,7 +181,7 @@ def test_malformed_request_is_422_naming_the_field(
         assert "future" in answer["detail"]
 
 
-def test_openapi_documents_the_contract_request(client: TestClient) -> None:
+def test_openapi_documents_the_contract_request(client: TestClient, contract: DataContract) -> None:
     response = client.get("/openapi.json")
 
     assert response.status_code == 200
@@ -189,6 +190,15 @@ def test_openapi_documents_the_contract_request(client: TestClient) -> None:
     assert schema["properties"]["amount"]["minimum"] == pytest.approx(0.01)
     assert schema["properties"]["merchant_category"]["maxLength"] == 64
     assert schema["additionalProperties"] is False
+    # Swagger's "Try it out" starts from the contract's example: a known category each, answered 200.
+    example = request_body["content"]["application/json"]["example"]
+    for name in contract.model_inputs.categorical:
+        assert example[name] in (contract.column(name).categories or ()), name
+    answer = client.post("/predict", json=example)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["unknown_categories"] == []
+    batch = response.json()["paths"]["/predict/batch"]["post"]["requestBody"]["content"]["application/json"]
+    assert batch["example"] == {"instances": [example]}
 
 
 def test_without_a_promoted_model_the_app_starts_and_answers_503(
