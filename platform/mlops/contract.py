@@ -20,12 +20,17 @@ from mlops.errors import ConfigError
 
 Dtype = Literal["string", "datetime", "float", "int", "category"]
 Aggregation = Literal["count", "mean", "max", "sum", "seconds_since_previous", "label_count", "label_rate",
-                      "ratio_to_mean", "zscore"]
+                      "ratio_to_mean", "zscore", "distinct_count", "pair_seen", "pair_seconds_since_previous"]
 # Aggregations of the contract's 0/1 label; they look back past a delay (FeatureSpec.delay).
 LABEL_AGGREGATIONS = ("label_count", "label_rate")
 # Aggregations comparing the current event's own value with the window: its column is a raw numeric
 # model input, so a request carries the value.
 CURRENT_VALUE_AGGREGATIONS = ("ratio_to_mean", "zscore")
+# Aggregations of a key-like column (an entity key, a category, an int or string input) whose values
+# the history keeps as text: how many distinct ones, and whether / how long ago the entity last met
+# the current event's one. The request carries the column.
+TEXT_AGGREGATIONS = ("distinct_count", "pair_seen", "pair_seconds_since_previous")
+TEXT_DTYPES = ("string", "int", "category")
 # Cyclic encodings of the transaction's own timestamp (UTC), computed at request time.
 TimeFeature = Literal["hour_of_day_sin", "hour_of_day_cos", "day_of_week_sin", "day_of_week_cos"]
 _WINDOW_UNITS = {"m": "minutes", "h": "hours", "d": "days"}
@@ -91,6 +96,15 @@ class FeatureSpec(_Strict):
     - ``zscore`` is ``(v - mean) / std`` with the population standard deviation of the window; 0.0
       when the window holds fewer than 2 events or all its values are equal (min = max, an exact
       test in every engine).
+
+    Novelty and variety over a key-like ``column`` (string, int or category; compared as text, an
+    int as its decimal digits), in the same window [t - window, t):
+
+    - ``distinct_count``: the number of distinct values of the column (missing values not counted).
+    - ``pair_seen``: 1.0 when the entity had an event with the current event's value of the column
+      (the pair entity-value met before, e.g. this card and this terminal), else 0.0.
+    - ``pair_seconds_since_previous``: the time since the pair's latest event before t, capped at
+      the window (the cap also when the pair never met, or the current value is missing).
     """
 
     name: str
@@ -118,13 +132,18 @@ class FeatureSpec(_Strict):
         return self.agg in CURRENT_VALUE_AGGREGATIONS
 
     @property
+    def uses_text(self) -> bool:
+        """True when the feature reads its column's values as text (a key-like column)."""
+        return self.agg in TEXT_AGGREGATIONS
+
+    @property
     def aggregates_window(self) -> bool:
         """True when the value depends on every event of the window (not only the latest one)."""
         return self.agg != "seconds_since_previous"
 
     @model_validator(mode="after")
     def _column_for_value_aggs(self) -> FeatureSpec:
-        needs_column = self.agg in ("mean", "max", "sum", *CURRENT_VALUE_AGGREGATIONS)
+        needs_column = self.agg in ("mean", "max", "sum", *CURRENT_VALUE_AGGREGATIONS, *TEXT_AGGREGATIONS)
         if needs_column and self.column is None:
             raise ValueError(f"feature {self.name!r}: aggregation {self.agg!r} needs a column")
         if not needs_column and self.column is not None:
@@ -154,8 +173,13 @@ class FeatureViewSpec(_Strict):
 
     @cached_property
     def value_columns(self) -> list[str]:
-        """Raw columns whose values the view keeps per event (sorted, for a stable schema)."""
-        return sorted({f.column for f in self.features if f.column})
+        """Raw numeric columns whose values the view keeps per event (sorted, for a stable schema)."""
+        return sorted({f.column for f in self.features if f.column and not f.uses_text})
+
+    @cached_property
+    def text_columns(self) -> list[str]:
+        """Key-like columns whose values the view keeps per event as text (sorted)."""
+        return sorted({str(f.column) for f in self.features if f.uses_text})
 
     @cached_property
     def history_horizon(self) -> timedelta:
@@ -172,8 +196,9 @@ class FeatureViewSpec(_Strict):
     @cached_property
     def current_value_columns(self) -> list[str]:
         """Columns whose current value (the event's own, from the request) a feature compares with
-        the window (sorted)."""
-        return sorted({str(f.column) for f in self.features if f.uses_current_value})
+        the window (sorted): ``ratio_to_mean``, ``zscore`` and the pair features' columns."""
+        return sorted({str(f.column) for f in self.features
+                       if f.uses_current_value or (f.uses_text and f.agg != "distinct_count")})
 
 
 class NumericInput(_Strict):
@@ -321,6 +346,13 @@ class DataContract(_Strict):
             if feature.agg == "ratio_to_mean" and (low is None or low < 0):
                 raise ValueError(f"feature {feature.name!r}: ratio_to_mean needs a column that is never "
                                  f"negative (min >= 0); {feature.column!r} has min {low}")
+        carried = {*self.raw_inputs, *(e.join_key for e in self.entities)}
+        for feature in (f for v in self.feature_views for f in v.features if f.uses_text):
+            column = self.column(str(feature.column))
+            if column.name not in carried or column.dtype not in TEXT_DTYPES:
+                raise ValueError(f"feature {feature.name!r}: {feature.agg} needs a key-like column the request "
+                                 f"carries (an entity key or a raw model input of dtype string, int or "
+                                 f"category); {column.name!r} is not")
         return self
 
     def column(self, name: str) -> Column:
@@ -355,6 +387,10 @@ class DataContract(_Strict):
             elif feature.agg == "label_rate":
                 bounds[feature.name] = (0.0, 1.0)
             elif feature.agg == "seconds_since_previous":
+                bounds[feature.name] = (0.0, feature.window_delta.total_seconds())
+            elif feature.agg in ("distinct_count", "pair_seen"):
+                bounds[feature.name] = (0.0, 1.0 if feature.agg == "pair_seen" else None)
+            elif feature.agg == "pair_seconds_since_previous":
                 bounds[feature.name] = (0.0, feature.window_delta.total_seconds())
             elif feature.agg == "ratio_to_mean":  # a non-negative value over a positive mean (or 1)
                 bounds[feature.name] = (0.0, None)

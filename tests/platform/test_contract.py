@@ -283,3 +283,30 @@ def test_current_value_features_compare_a_raw_numeric_request_input() -> None:
     # The label is declared but no request carries it: a feature cannot compare "the current label".
     with pytest.raises(ValueError, match="'is_fraud', so it must be a raw numeric model input"):
         validated({**zscore, "column": "is_fraud"})
+
+
+def test_novelty_features_read_a_key_like_column_the_request_carries() -> None:
+    raw = yaml.safe_load(BUNDLED_CONTRACT.read_text())
+    features = raw["feature_views"][0]["features"]
+
+    def validated(*added: dict[str, Any]) -> DataContract:
+        changed = copy.deepcopy(raw)
+        changed["feature_views"][0]["features"] = [*features, *added]
+        return DataContract.model_validate(changed)
+
+    distinct = {"name": "merchants_1d", "agg": "distinct_count", "column": "merchant_id", "window": "1d"}
+    seen = {"name": "met_merchant_7d", "agg": "pair_seen", "column": "merchant_id", "window": "7d"}
+    gap = {"name": "channel_gap_1h", "agg": "pair_seconds_since_previous", "column": "channel", "window": "1h"}
+    contract = validated(distinct, seen, gap)
+    view = contract.feature_views[0]
+    assert (view.text_columns, view.value_columns) == (["channel", "merchant_id"], ["amount"])
+    assert view.current_value_columns == ["channel", "merchant_id"]  # a distinct count needs no current value
+    assert view.history_horizon == timedelta(days=7)
+    bounds = contract.feature_bounds
+    assert (bounds["merchants_1d"], bounds["met_merchant_7d"], bounds["channel_gap_1h"]) == (
+        (0.0, None), (0.0, 1.0), (0.0, 3600.0))
+    for column in ("amount", "is_fraud", "transaction_id"):  # a float; the label and the id no request input
+        with pytest.raises(ValueError, match=f"needs a key-like column the request carries.*'{column}' is not"):
+            validated({**seen, "column": column})
+    with pytest.raises(ValueError, match="needs a column"):
+        validated({**distinct, "column": None})
