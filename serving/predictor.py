@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from mlops.contract import DataContract, Decisions
 from mlops.errors import InputError
-from mlops.features import compute_features, unknown_entities
+from mlops.features import canonical_text, compute_features, unknown_entities
 from mlops.online_features import OnlineEvent, OnlineFeatures
 from mlops.prediction_log import PredictionInputs, PredictionRecord
 from serving.lifecycle import LoadedModel
@@ -39,6 +39,7 @@ class Predictor:
         self._join_keys = [e.join_key for e in contract.entities]
         self._int_id = contract.key_is_int(contract.id_column)
         self._value_columns = sorted({c for v in contract.feature_views for c in v.value_columns})
+        self._text_columns = {c: contract.column(c).dtype for v in contract.feature_views for c in v.text_columns}
         self._categories = {name: frozenset(contract.column(name).categories or ())
                             for name in contract.model_inputs.categorical}
 
@@ -71,7 +72,9 @@ class Predictor:
         for request, moment in zip(requests, moments, strict=True):
             events.append(OnlineEvent({key: str(getattr(request, key)) for key in self._join_keys},
                                       str(getattr(request, self.contract.id_column)), moment,
-                                      {c: float(getattr(request, c)) for c in self._value_columns}))
+                                      {c: float(getattr(request, c)) for c in self._value_columns},
+                                      {c: canonical_text(getattr(request, c), dtype)
+                                       for c, dtype in self._text_columns.items()}))
         seen = self.online.record_events(events)
         gathered = []
         for request, event, histories in zip(requests, events, seen, strict=True):
@@ -79,7 +82,7 @@ class Predictor:
             # model_construct: every value comes from the validated request and the store.
             gathered.append(PredictionInputs.model_construct(
                 event_id=event.event_id, event_timestamp=event.moment, entities=dict(event.keys), inputs=inputs,
-                features=compute_features(self.contract, histories, event.moment, event.values),
+                features=compute_features(self.contract, histories, event.moment, {**event.values, **event.texts}),
                 unknown_entities=unknown_entities(self.contract, histories, event.moment),
                 unknown_categories=[name for name, known in self._categories.items() if inputs[name] not in known]))
         self.metrics.gathered(time.perf_counter() - started, gathered)

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from mlops.contract import DataContract
-from mlops.features import History, append_event, compute_features, empty_history, to_micros
+from mlops.features import History, append_event, canonical_text, compute_features, empty_history, to_micros
 
 
 def replay_features(frame: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
@@ -23,6 +23,7 @@ def replay_features(frame: pd.DataFrame, contract: DataContract) -> pd.DataFrame
     state: dict[tuple[str, str], History] = {}
     rows: dict[Any, dict[str, float]] = {}
     columns = sorted({c for view in contract.feature_views for c in view.value_columns})
+    text_columns = {c: contract.column(c).dtype for view in contract.feature_views for c in view.text_columns}
     labelled = contract.label_column in frame  # the replay knows every label, as the backfill does
     moments = pd.to_datetime(frame[ts], utc=True)
     for index in moments.sort_values(kind="stable").index:
@@ -31,11 +32,13 @@ def replay_features(frame: pd.DataFrame, contract: DataContract) -> pd.DataFrame
         histories = {name: state.get((name, str(record[key])), empty_history(view))
                      for view in contract.feature_views for name, key in [(view.view_name, keys[view.view_name])]}
         current = {c: float(record[c]) for c in columns}
-        rows[index] = compute_features(contract, histories, moment, current)
+        texts = {c: canonical_text(record[c], dtype) for c, dtype in text_columns.items()}
+        rows[index] = compute_features(contract, histories, moment, {**current, **texts})
         for view in contract.feature_views:
             appended = append_event(view, histories[view.view_name], str(record[row_id]), to_micros(moment),
                                     {c: current[c] for c in view.value_columns},
-                                    float(record[contract.label_column]) if labelled else None)
+                                    float(record[contract.label_column]) if labelled else None,
+                                    {c: texts[c] for c in view.text_columns})
             if appended is not None:
                 state[(view.view_name, str(record[keys[view.view_name]]))] = appended
     return pd.DataFrame.from_dict(rows, orient="index", columns=contract.feature_names).loc[frame.index]

@@ -22,6 +22,11 @@ with the entity's window [t - window, t): :func:`compute_features` takes it as `
 window's mean is its exactly rounded sum over its count; the z-score's variance is the corrected
 two-pass one (squared deviations from that mean), within a few ulps of the exact variance, as the
 engines' stable ``var_pop`` is. All-equal values (min = max: an exact test) give a z-score of 0.
+
+``distinct_count``, ``pair_seen`` and ``pair_seconds_since_previous`` read a key-like column (an
+entity key, a category, an int): the history keeps each event's value as canonical text
+(:func:`canonical_text`: an int's decimal digits, a string as it is; None when missing), and the
+current event's value comes with ``current`` as for the ratio.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ EVENTS_FIELD = "events"
 # The time of the history's newest event (microseconds), stored beside it.
 NEWEST_FIELD = "newest_event_us"
 _IDS, _TIMES, _VALUES, _LABELS = "ids", "times", "values", "labels"  # times: microseconds since the Unix epoch, UTC
+_TEXTS = "texts"
 _MICROS = 1_000_000
 _DAY_SECONDS = 86_400.0
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -69,13 +75,15 @@ class History:
     """One entity's kept events, ascending by (time, id).
 
     ``labels`` holds each event's 0/1 label (NaN: not delivered yet) when the view has label
-    features, and is empty otherwise.
+    features, and is empty otherwise; ``texts`` each event's value of the view's text columns
+    (canonical text, None when missing).
     """
 
     ids: tuple[str, ...] = ()
     times: tuple[int, ...] = ()
     values: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     labels: tuple[float, ...] = ()
+    texts: Mapping[str, tuple[str | None, ...]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -90,6 +98,8 @@ class History:
                                   _VALUES: {c: self.values.get(c, ()) for c in view.value_columns}}
         if view.uses_labels:  # an unknown label is null
             stored[_LABELS] = [None if math.isnan(label) else label for label in self.labels]
+        if view.text_columns:
+            stored[_TEXTS] = {c: self.texts.get(c, ()) for c in view.text_columns}
         return orjson.dumps(stored).decode()
 
 
@@ -99,7 +109,21 @@ def stored_fields(view: FeatureViewSpec, history: History) -> dict[str, Any]:
 
 
 def empty_history(view: FeatureViewSpec) -> History:
-    return History(values={c: () for c in view.value_columns})
+    return History(values={c: () for c in view.value_columns}, texts={c: () for c in view.text_columns})
+
+
+def canonical_text(value: Any, dtype: str) -> str | None:
+    """A key-like value as the history keeps it: an int column's value as its decimal digits
+    (``7``, ``7.0`` and ``"7"`` alike), anything else as its text; None (or NaN) stays None."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if dtype == "int":
+        return str(int(value))
+    return str(value)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def _label(value: Any) -> float:
@@ -118,7 +142,10 @@ def decode_history(view: FeatureViewSpec, stored: Any) -> History:
     values = [list(map(float, raw[_VALUES][c])) for c in view.value_columns]
     # Labels of a view that has label features (a history written before it had one knows none).
     labels = [list(map(_label, raw.get(_LABELS, [None] * len(times))))] if view.uses_labels else []
-    lengths = {len(times), len(ids), *map(len, values), *map(len, labels)}
+    # Likewise the values of a text column a history was written without are missing (None).
+    stored_texts = raw.get(_TEXTS, {})
+    texts = [list(map(_text, stored_texts.get(c, [None] * len(times)))) for c in view.text_columns]
+    lengths = {len(times), len(ids), *map(len, values), *map(len, labels), *map(len, texts)}
     if len(lengths) > 1:
         raise ValueError(f"stored history of {view.view_name} has columns of different lengths")
     if not times:
@@ -128,9 +155,11 @@ def decode_history(view: FeatureViewSpec, stored: Any) -> History:
         order = sorted(range(len(keys)), key=keys.__getitem__)
         times, ids = [times[i] for i in order], [ids[i] for i in order]
         values, labels = [[v[i] for i in order] for v in values], [[v[i] for i in order] for v in labels]
+        texts = [[v[i] for i in order] for v in texts]
     return History(ids=tuple(ids), times=tuple(times),
                    values={c: tuple(v) for c, v in zip(view.value_columns, values, strict=True)},
-                   labels=tuple(labels[0]) if labels else ())
+                   labels=tuple(labels[0]) if labels else (),
+                   texts={c: tuple(v) for c, v in zip(view.text_columns, texts, strict=True)})
 
 
 def _label_value(feature: FeatureSpec, history: History, t_us: int) -> float:
@@ -160,8 +189,22 @@ def current_value_score(agg: str, value: float, selected: Sequence[float]) -> fl
     return (value - mean) / math.sqrt(squares / n)
 
 
+def _text_value(feature: FeatureSpec, history: History, start: int, end: int, t_us: int,
+                current: str | None) -> float:
+    """``distinct_count``, ``pair_seen`` or ``pair_seconds_since_previous`` over the events [start, end)."""
+    texts = history.texts[str(feature.column)]
+    if feature.agg == "distinct_count":
+        return float(len({x for x in texts[start:end] if x is not None}))
+    window_us = int(feature.window_delta.total_seconds() * _MICROS)
+    latest = next((i for i in range(end - 1, start - 1, -1) if current is not None and texts[i] == current), None)
+    if feature.agg == "pair_seen":
+        return 0.0 if latest is None else 1.0
+    cap = window_us / _MICROS
+    return cap if latest is None else min((t_us - history.times[latest]) / _MICROS, cap)
+
+
 def _window_value(feature: FeatureSpec, history: History, t_us: int,
-                  current: Mapping[str, float] | None = None) -> float:
+                  current: Mapping[str, Any] | None = None, dtypes: Mapping[str, str] | None = None) -> float:
     if feature.is_label:
         return _label_value(feature, history, t_us)
     window_us = int(feature.window_delta.total_seconds() * _MICROS)
@@ -174,12 +217,18 @@ def _window_value(feature: FeatureSpec, history: History, t_us: int,
         return float(end - start)
     if feature.column is None:  # the contract forbids this; narrows the type
         raise ValueError(f"feature {feature.name!r} has no column")
-    selected = history.values[feature.column][start:end]
-    if feature.uses_current_value:
+    if feature.agg == "distinct_count":
+        return _text_value(feature, history, start, end, t_us, None)
+    if feature.uses_text or feature.uses_current_value:  # these compare the event's own value
         if current is None or feature.column not in current:
             raise ValueError(f"feature {feature.name!r} compares the current value of {feature.column!r}: "
                              "pass the event's own values as current")
-        return current_value_score(feature.agg, float(current[feature.column]), selected)
+        if feature.uses_text:
+            own = canonical_text(current[feature.column], (dtypes or {}).get(feature.column, "string"))
+            return _text_value(feature, history, start, end, t_us, own)
+        return current_value_score(feature.agg, float(current[feature.column]),
+                                   history.values[feature.column][start:end])
+    selected = history.values[feature.column][start:end]
     if not selected:
         return 0.0
     if feature.agg == "max":
@@ -202,19 +251,20 @@ def time_feature_values(names: Sequence[str], moment: datetime | pd.Timestamp) -
 
 
 def compute_features(contract: DataContract, histories: Mapping[str, History],
-                     moment: datetime | pd.Timestamp, current: Mapping[str, float] | None = None) -> dict[str, float]:
+                     moment: datetime | pd.Timestamp, current: Mapping[str, Any] | None = None) -> dict[str, float]:
     """Every computed model input at ``moment``, in ``contract.feature_names`` order.
 
     ``histories`` maps each feature view's name to its entity's history (missing = no events);
-    ``current``: the event's own values of the columns its ``ratio_to_mean`` and ``zscore``
-    features compare (needed only by those).
+    ``current``: the event's own values of the columns its ``ratio_to_mean``, ``zscore`` and pair
+    features compare (needed only by those; key-like ones in any form :func:`canonical_text` reads).
     """
     t_us = to_micros(moment)
     result: dict[str, float] = {}
     for view in contract.feature_views:
         history = histories.get(view.view_name) or empty_history(view)
+        dtypes = {c: contract.column(c).dtype for c in view.text_columns}
         for feature in view.features:
-            result[feature.name] = _window_value(feature, history, t_us, current)
+            result[feature.name] = _window_value(feature, history, t_us, current, dtypes)
     result.update(time_feature_values(contract.time_features, moment))
     return result
 
@@ -239,30 +289,37 @@ def _pruned(view: FeatureViewSpec, events: list[tuple[Any, ...]], *, in_order: b
         oldest = newest - int(view.history_horizon.total_seconds() * _MICROS)
         # In time order, the kept events are a suffix: nothing lies between the previous instant and the newest.
         events = events[bisect_left(times, min(previous, oldest)):]
-    width = 2 + len(view.value_columns) + view.uses_labels
+    width = 2 + len(view.value_columns) + len(view.text_columns) + view.uses_labels
     columns = list(zip(*events, strict=True)) if events else [()] * width
+    first_text = 2 + len(view.value_columns)
     return History(ids=tuple(columns[1]), times=tuple(columns[0]),
                    values={c: tuple(columns[2 + i]) for i, c in enumerate(view.value_columns)},
-                   labels=tuple(columns[-1]) if view.uses_labels else ())
+                   labels=tuple(columns[-1]) if view.uses_labels else (),
+                   texts={c: tuple(columns[first_text + i]) for i, c in enumerate(view.text_columns)})
 
 
 def _events(view: FeatureViewSpec, history: History) -> list[tuple[Any, ...]]:
-    """(time, id, *values, label if the view keeps labels) per event; ids are unique, so sorting
-    never compares the values."""
+    """(time, id, *values, *texts, label if the view keeps labels) per event; ids are unique, so
+    sorting never compares the values."""
     labels = [history.labels] if view.uses_labels else []
-    return list(zip(history.times, history.ids, *(history.values[c] for c in view.value_columns), *labels,
-                    strict=True))
+    return list(zip(history.times, history.ids, *(history.values[c] for c in view.value_columns),
+                    *(history.texts[c] for c in view.text_columns), *labels, strict=True))
 
 
 def append_event(view: FeatureViewSpec, history: History, event_id: str, t_us: int,
-                 values: Mapping[str, float], label: float | None = None) -> History | None:
+                 values: Mapping[str, float], label: float | None = None,
+                 texts: Mapping[str, str | None] | None = None) -> History | None:
     """The history with one more event, or None when the id is already in it (idempotent).
 
     ``label``: the event's 0/1 label when known (the offline replay); a served event's is not yet.
+    ``texts``: the event's canonical text of each of the view's text columns (:func:`canonical_text`).
     """
     if event_id in history.ids:
         return None
+    if view.text_columns and texts is None:
+        raise ValueError(f"{view.view_name} keeps {view.text_columns}: pass the event's texts")
     event = (t_us, event_id, *(float(values[c]) for c in view.value_columns),
+             *(_text((texts or {})[c]) for c in view.text_columns),
              *([_label(label)] if view.uses_labels else []))
     events = _events(view, history)
     if events and event < events[-1]:
@@ -295,4 +352,4 @@ def set_labels(view: FeatureViewSpec, history: History, labels: Mapping[str, flo
                                                                                 strict=True))
     if all(a == b or (math.isnan(a) and math.isnan(b)) for a, b in zip(updated, history.labels, strict=True)):
         return None
-    return History(ids=history.ids, times=history.times, values=history.values, labels=updated)
+    return History(ids=history.ids, times=history.times, values=history.values, labels=updated, texts=history.texts)

@@ -13,7 +13,7 @@ import threading
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -57,12 +57,14 @@ def _store_call(what: str) -> Any:
 
 @dataclass(frozen=True)
 class OnlineEvent:
-    """A scored transaction to record: its entities' keys, id, event time and the values views keep."""
+    """A scored transaction to record: its entities' keys, id, event time and the values views keep
+    (``texts``: its canonical text of the views' key-like columns, see :func:`mlops.features.canonical_text`)."""
 
     keys: Mapping[str, str]
     event_id: str
     moment: datetime
     values: Mapping[str, float]
+    texts: Mapping[str, str | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,7 @@ class OnlineFeatures:
                 for name, view in self._views.items():
                     entity = event.keys[self._keys[name]]
                     snapshot[name] = history = current[name][entity]
-                    updated = append_event(view, history, event.event_id, t_us, event.values)
+                    updated = append_event(view, history, event.event_id, t_us, event.values, texts=event.texts)
                     if updated is not None:
                         current[name][entity] = changed[name, entity] = updated
                 seen.append(snapshot)

@@ -216,6 +216,37 @@ def test_the_requests_own_amount_is_compared_with_the_customers_window(
     assert [g.features["customer_amount_zscore_7d"] for g in gathered] == [0.0, 0.0, 4.0]  # mean 0.5, std 0.25
 
 
+def test_a_card_meeting_a_merchant_again_is_no_longer_new(contract: DataContract, tmp_path: Path) -> None:
+    """pair_seen and distinct_count read the request's merchant and channel, kept as text in the history."""
+    import pandas as pd
+
+    raw = contract.model_dump(mode="json")
+    raw["feature_views"][0]["features"] += [
+        {"name": "customer_met_merchant_7d", "agg": "pair_seen", "column": "merchant_id", "window": "7d"},
+        {"name": "customer_merchant_gap_7d", "agg": "pair_seconds_since_previous", "column": "merchant_id",
+         "window": "7d"},
+        {"name": "customer_channels_1d", "agg": "distinct_count", "column": "channel", "window": "1d"}]
+    paired = DataContract.model_validate(raw)
+    settings = Settings(home=tmp_path)
+    seed = {"transaction_id": "seed", "customer_id": "seed", "merchant_id": "seed", "event_timestamp": WHEN,
+            "amount": 1.0, "channel": "pos"}
+    publish_features(pd.DataFrame([seed]), paired, settings)
+    online = open_online_features(settings, paired)
+    try:
+        predictor = Predictor(paired, online, ServiceMetrics(), max_clock_skew=SKEW)
+        request_model = build_request_model(paired)
+        card = _request(request_model).customer_id  # type: ignore[attr-defined]
+        batch = [_request(request_model, customer_id=card, merchant_id=merchant, channel=channel,
+                          event_timestamp=WHEN + timedelta(minutes=minute))
+                 for minute, merchant, channel in ((0, "M1", "pos"), (1, "M2", "online"), (3, "M1", "pos"))]
+        gathered = predictor.gather(batch, predictor.event_times(batch))
+    finally:
+        online.close()
+    assert [g.features["customer_met_merchant_7d"] for g in gathered] == [0.0, 0.0, 1.0]
+    assert [g.features["customer_merchant_gap_7d"] for g in gathered] == [604_800.0, 604_800.0, 180.0]
+    assert [g.features["customer_channels_1d"] for g in gathered] == [0.0, 1.0, 2.0]
+
+
 def test_score_counts_predictions_and_observes_each_probability(
         predictor: Predictor, loaded: LoadedModel, request_model: type[BaseModel]) -> None:
     rows = [_gather(predictor, _request(request_model, amount=a)) for a in (0.125, 0.625)]

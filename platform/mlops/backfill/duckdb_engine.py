@@ -66,7 +66,7 @@ def needed_columns(contract: DataContract) -> list[str]:
     """The raw columns the features read: id, time, every entity key and aggregated column (the
     label too when a label feature aggregates it)."""
     keys = [contract.entity(v.entity).join_key for v in contract.feature_views]
-    values = [c for v in contract.feature_views for c in v.value_columns]
+    values = [c for v in contract.feature_views for c in (*v.value_columns, *v.text_columns)]
     values += [contract.label_column] if any(v.uses_labels for v in contract.feature_views) else []
     return list(dict.fromkeys([contract.id_column, contract.timestamp_column, *keys, *values]))
 

@@ -12,15 +12,17 @@ import math
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from mlops.backfill.duckdb_engine import connection, parquet_scan, timed_rows
-from mlops.backfill.window_sql import TIME_COLUMN, quoted
+from mlops.backfill.window_sql import TIME_COLUMN, quoted, text_sql
 from mlops.contract import DataContract, FeatureViewSpec
 from mlops.features import History, to_micros
 
 _MICROS = 1_000_000
 _FETCH_ROWS = 100_000
 LABEL = "__label"
+TEXT = "__text_"  # the view's text columns, numbered
 
 
 def latest_state_sql(contract: DataContract, view: FeatureViewSpec, source: str, end_us: int,
@@ -28,6 +30,7 @@ def latest_state_sql(contract: DataContract, view: FeatureViewSpec, source: str,
     """SQL: the kept events (key, time, id, values) of every entity with an event in (start, end]."""
     key, row_id = quoted(contract.entity(view.entity).join_key), quoted(contract.id_column)
     values = "".join(f", CAST({quoted(c)} AS DOUBLE) AS {quoted(c)}" for c in view.value_columns)
+    values += "".join(f", {text_sql(contract, c)} AS {TEXT}{i}" for i, c in enumerate(view.text_columns))
     if view.uses_labels:  # offline every label is known
         values += f", CAST({quoted(contract.label_column)} AS DOUBLE) AS {LABEL}"
     horizon = int(view.history_horizon.total_seconds() * _MICROS)
@@ -50,8 +53,9 @@ def latest_histories(offline: Path, contract: DataContract, view: FeatureViewSpe
                            None if start is None else to_micros(start))
     pending: list[tuple[str, History]] = []
     current: str | None = None
-    rows: list[tuple[int, str, tuple[float, ...]]] = []
-    kept = [*view.value_columns, *([LABEL] if view.uses_labels else [])]
+    rows: list[tuple[int, str, tuple[Any, ...]]] = []
+    kept = [*view.value_columns, *(f"{TEXT}{i}" for i in range(len(view.text_columns))),
+            *([LABEL] if view.uses_labels else [])]
     with connection(offline.parent / f".{view.view_name}.spill") as con:
         reader = con.sql(sql).to_arrow_reader(_FETCH_ROWS)
         for chunk in reader:
@@ -73,9 +77,12 @@ def latest_histories(offline: Path, contract: DataContract, view: FeatureViewSpe
         yield pending
 
 
-def _history(view: FeatureViewSpec, rows: list[tuple[int, str, tuple[float, ...]]]) -> History:
-    """A history from (time, id, (*values, label if the view keeps labels)) rows; a NULL label is unknown."""
+def _history(view: FeatureViewSpec, rows: list[tuple[int, str, tuple[Any, ...]]]) -> History:
+    """A history from (time, id, (*values, *texts, label if the view keeps labels)) rows; a NULL
+    label is unknown."""
     labels = tuple(math.nan if r[2][-1] is None else r[2][-1] for r in rows) if view.uses_labels else ()
+    first_text = len(view.value_columns)
     return History(ids=tuple(r[1] for r in rows), times=tuple(r[0] for r in rows),
                    values={c: tuple(r[2][i] for r in rows) for i, c in enumerate(view.value_columns)},
-                   labels=labels)
+                   labels=labels,
+                   texts={c: tuple(r[2][first_text + i] for r in rows) for i, c in enumerate(view.text_columns)})

@@ -7,7 +7,9 @@ transaction and every other of its instant are excluded whatever order ties arri
 ``seconds_since_previous`` is the entity's latest earlier instant (unbounded preceding .. -1), capped
 at its window. A label feature sums (and counts) the 0/1 label over
 ``rangeBetween(-(delay + window), -(delay + 1))``, exactly [t - delay - window, t - delay).
-``ratio_to_mean`` and ``zscore`` compare the row's own value with the window's mean (and ``var_pop``). The
+``ratio_to_mean`` and ``zscore`` compare the row's own value with the window's mean (and ``var_pop``).
+``distinct_count`` is the size of the window's ``collect_set`` of the column's canonical text; the pair
+features look at the newest earlier instant of a window partitioned by the entity and that text. The
 time features repeat :func:`mlops.features.time_feature_values`'s floating-point
 operations on the same microseconds.
 
@@ -109,8 +111,10 @@ def backfill_frame(frame: DataFrame, contract: DataContract) -> DataFrame:
     with_micros = frame.withColumn(_T_US, _event_micros(frame, ts))
     columns: dict[str, Column] = {}
     for view in contract.feature_views:
-        by_entity = Window.partitionBy(contract.entity(view.entity).join_key).orderBy(_T_US)
-        columns |= {feature.name: _window_feature(feature, by_entity, contract.label_column)
+        key = contract.entity(view.entity).join_key
+        by_entity = Window.partitionBy(key).orderBy(_T_US)
+        columns |= {feature.name: _text_feature(feature, key, by_entity, _text(contract, str(feature.column)))
+                    if feature.uses_text else _window_feature(feature, by_entity, contract.label_column)
                     for feature in view.features}
     columns |= _time_features(contract.time_features)
     result = with_micros.withColumns(columns)
@@ -181,6 +185,33 @@ def _window_feature(feature: FeatureSpec, by_entity: WindowSpec, label: str) -> 
     return sf.coalesce(aggregate(sf.col(feature.column).cast("double")).over(in_window), sf.lit(0.0))
 
 
+def _text(contract: DataContract, column: str) -> Column:
+    """A key-like column as canonical text: an int's decimal digits (as mlops.features.canonical_text)."""
+    from pyspark.sql import functions as sf
+
+    value = sf.col(column)
+    return (value.cast("long") if contract.column(column).dtype == "int" else value).cast("string")
+
+
+def _text_feature(feature: FeatureSpec, key: str, by_entity: WindowSpec, text: Column) -> Column:
+    """``distinct_count`` (a set of the window's texts) or a pair feature (a window over the entity
+    and the text: the pair's newest earlier instant)."""
+    from pyspark.sql import functions as sf
+    from pyspark.sql.window import Window
+
+    window_us = int(feature.window_delta.total_seconds() * _MICROS)
+    if feature.agg == "distinct_count":  # collect_set skips nulls
+        return sf.size(sf.collect_set(text).over(by_entity.rangeBetween(-window_us, -1))).cast("double")
+    by_pair = Window.partitionBy(sf.col(key), text).orderBy(_T_US).rangeBetween(Window.unboundedPreceding, -1)
+    previous = sf.max(_T_US).over(by_pair)
+    if feature.agg == "pair_seen":
+        seen = text.isNotNull() & previous.isNotNull() & (previous >= sf.col(_T_US) - sf.lit(window_us))
+        return sf.when(seen, sf.lit(1.0)).otherwise(sf.lit(0.0))
+    cap = sf.lit(window_us / _MICROS)
+    gap = (sf.col(_T_US) - previous).cast("double") / sf.lit(float(_MICROS))
+    return sf.when(text.isNull() | previous.isNull(), cap).otherwise(sf.least(gap, cap))
+
+
 def _current_value_feature(agg: str, value: Column, in_window: WindowSpec) -> Column:
     """``ratio_to_mean`` / ``zscore`` of the row's own ``value`` against the window's (see mlops.features)."""
     from pyspark.sql import functions as sf
@@ -229,7 +260,7 @@ def _event_micros(frame: DataFrame, column: str) -> Column:
 
 def _raw_columns(contract: DataContract) -> list[str]:
     keys = [contract.entity(view.entity).join_key for view in contract.feature_views]
-    values = [c for view in contract.feature_views for c in view.value_columns]
+    values = [c for view in contract.feature_views for c in (*view.value_columns, *view.text_columns)]
     values += [contract.label_column] if any(view.uses_labels for view in contract.feature_views) else []
     return list(dict.fromkeys([contract.id_column, contract.timestamp_column, *keys, *values]))
 

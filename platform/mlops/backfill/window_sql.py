@@ -16,6 +16,12 @@ PRECEDING``. Offline every label is known; a NULL label is skipped, as online sk
 as a request does) with the same window: the mean is ``fsum / count`` as for ``mean``, the variance
 DuckDB's ``var_pop`` (a stable streaming update, within a few ulps of the exact one like the online
 two-pass); all-equal values (``min = max``) give a z-score of 0.
+
+``distinct_count`` is ``count(DISTINCT text)`` over the window, the column as canonical text
+(:func:`text_sql`: an int's digits, as :func:`mlops.features.canonical_text`). The pair features are
+window functions over the pair: partitioned by the entity and the column's text,
+``UNBOUNDED PRECEDING AND 1 PRECEDING`` gives the pair's newest earlier instant, seen within the
+window or not and its gap capped at the window; a row whose value is missing never met a pair.
 """
 
 from __future__ import annotations
@@ -37,8 +43,31 @@ def _window_us(feature: FeatureSpec) -> int:
     return int(feature.window_delta.total_seconds() * _MICROS)
 
 
-def _frame(key: str, preceding: str, following: str = "1 PRECEDING") -> str:
-    return f"OVER (PARTITION BY {quoted(key)} ORDER BY {TIME_COLUMN} RANGE BETWEEN {preceding} AND {following})"
+def _frame(key: str, preceding: str, following: str = "1 PRECEDING", *, also: str = "") -> str:
+    """A frame over the entity's rows (``also``: a further partitioning expression)."""
+    partition = quoted(key) + (f", {also}" if also else "")
+    return f"OVER (PARTITION BY {partition} ORDER BY {TIME_COLUMN} RANGE BETWEEN {preceding} AND {following})"
+
+
+def text_sql(contract: DataContract, column: str) -> str:
+    """A key-like column as canonical text (VARCHAR): an int's decimal digits, anything else as it is."""
+    if contract.column(column).dtype == "int":
+        return f"CAST(CAST({quoted(column)} AS BIGINT) AS VARCHAR)"
+    return f"CAST({quoted(column)} AS VARCHAR)"
+
+
+def _text_feature_sql(feature: FeatureSpec, key: str, text: str, events_only: bool) -> str:
+    """``distinct_count``, ``pair_seen`` or ``pair_seconds_since_previous`` of the canonical ``text``."""
+    if feature.agg == "distinct_count":
+        return f"CAST(count(DISTINCT {_value(text, events_only)}) {_frame(key, f'{_window_us(feature)} PRECEDING')} " \
+               "AS DOUBLE)"
+    cap = _window_us(feature) / _MICROS
+    previous = f"max({_value(TIME_COLUMN, events_only)}) {_frame(key, 'UNBOUNDED PRECEDING', also=text)}"
+    gap = f"least(CAST({TIME_COLUMN} - {previous} AS DOUBLE) / {_MICROS}, {cap!r})"
+    if feature.agg == "pair_seen":  # the pair's newest earlier event lies in [t - window, t)
+        return (f"CAST(CASE WHEN {text} IS NOT NULL AND {previous} >= {TIME_COLUMN} - {_window_us(feature)} "
+                "THEN 1 ELSE 0 END AS DOUBLE)")
+    return f"CASE WHEN {text} IS NULL THEN CAST({cap!r} AS DOUBLE) ELSE coalesce({gap}, CAST({cap!r} AS DOUBLE)) END"
 
 
 def _value(expression: str, events_only: bool) -> str:
@@ -68,8 +97,13 @@ def _current_value_sql(feature: FeatureSpec, own: str, value: str, frame: str) -
 
 
 def window_feature_sql(feature: FeatureSpec, key: str, *, events_only: bool = False,
-                       label: str | None = None) -> str:
-    """One window feature of one row, as a DOUBLE expression (``label``: the contract's label column)."""
+                       label: str | None = None, text: str | None = None) -> str:
+    """One window feature of one row, as a DOUBLE expression (``label``: the contract's label column;
+    ``text``: the feature's column as canonical text, see :func:`text_sql`)."""
+    if feature.uses_text:
+        if text is None:
+            raise ValueError(f"feature {feature.name!r} reads its column as text: give its text expression")
+        return _text_feature_sql(feature, key, text, events_only)
     if feature.is_label:
         if label is None:
             raise ValueError(f"feature {feature.name!r} aggregates the label: name the label column")
@@ -119,7 +153,12 @@ def feature_selects(contract: DataContract, *, events_only: bool = False) -> lis
     (features at arbitrary moments against a table of events).
     """
     label = contract.label_column
-    selects = [f"{window_feature_sql(f, view_key(contract, v), events_only=events_only, label=label)} "
-               f"AS {quoted(f.name)}" for v in contract.feature_views for f in v.features]
+    selects = []
+    for view in contract.feature_views:
+        for feature in view.features:
+            text = text_sql(contract, str(feature.column)) if feature.uses_text else None
+            expression = window_feature_sql(feature, view_key(contract, view), events_only=events_only, label=label,
+                                            text=text)
+            selects.append(f"{expression} AS {quoted(feature.name)}")
     selects += [f"{time_feature_sql(name)} AS {quoted(name)}" for name in contract.time_features]
     return selects
