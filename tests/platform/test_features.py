@@ -29,6 +29,7 @@ from mlops.feature_store import offline_features
 from mlops.features import (
     History,
     append_event,
+    canonical_text,
     compute_features,
     decode_history,
     empty_history,
@@ -743,6 +744,9 @@ def test_the_skew_check_compares_current_value_features_with_the_logged_inputs(
 TEXT_FEATURES = {
     "customer": [{"name": "customer_merchants_24h", "agg": "distinct_count", "column": "merchant_id", "window": "24h"},
                  {"name": "customer_channels_1h", "agg": "distinct_count", "column": "channel", "window": "1h"},
+                 {"name": "customer_channel_gap_24h", "agg": "pair_seconds_since_previous", "column": "channel",
+                  "window": "24h"},
+                 {"name": "customer_met_channel_1h", "agg": "pair_seen", "column": "channel", "window": "1h"},
                  {"name": "customer_met_merchant_7d", "agg": "pair_seen", "column": "merchant_id", "window": "7d"},
                  {"name": "customer_merchant_gap_1h", "agg": "pair_seconds_since_previous", "column": "merchant_id",
                   "window": "1h"}],
@@ -752,7 +756,8 @@ TEXT_FEATURES = {
                   "window": "7d"}],
 }
 TEXT_STREAMS = st.lists(st.tuples(st.sampled_from(["c1", "c2", "c3"]), st.sampled_from(["m1", "m2", "m3"]),
-                                  _WIDE_OFFSETS, st.sampled_from(["pos", "online", "atm"])), min_size=1, max_size=30)
+                                  _WIDE_OFFSETS, st.sampled_from(["pos", "online", "atm", None])),
+                        min_size=1, max_size=30)  # a missing channel is no value: never counted, never met
 
 
 def with_text_features(contract: DataContract) -> DataContract:
@@ -767,9 +772,9 @@ def paired(contract: DataContract) -> DataContract:
     return with_text_features(contract)
 
 
-def text_frame(events: list[tuple[str, str, timedelta, str]], prefix: str = "") -> pd.DataFrame:
-    return stream_frame([(c, m, offset, 10.0) for c, m, offset, _ in events], prefix).assign(
-        channel=[e[3] for e in events])
+def text_frame(events: list[tuple[str, str, timedelta, str | None]], prefix: str = "") -> pd.DataFrame:
+    channels = pd.Series([e[3] for e in events], dtype="object")
+    return stream_frame([(c, m, offset, 10.0) for c, m, offset, _ in events], prefix).assign(channel=channels)
 
 
 def test_novelty_and_variety_features_by_hand(paired: DataContract, tmp_path: Path) -> None:
@@ -794,7 +799,7 @@ def test_novelty_and_variety_features_by_hand(paired: DataContract, tmp_path: Pa
 @given(events=TEXT_STREAMS)
 def test_novelty_and_variety_backfill_equals_brute_force_and_the_online_computation(
         paired: DataContract, tmp_path_factory: pytest.TempPathFactory,
-        events: list[tuple[str, str, timedelta, str]]) -> None:
+        events: list[tuple[str, str, timedelta, str | None]]) -> None:
     frame = text_frame(events)
     got = backfilled(frame, paired, tmp_path_factory.mktemp("texts"))
     assert_features_equal(got, brute_force(frame, paired))
@@ -811,7 +816,7 @@ def paired_online(paired: DataContract, tmp_path_factory: pytest.TempPathFactory
 @hypothesis_settings(max_examples=25, deadline=None)
 @given(events=TEXT_STREAMS, seed=st.integers(0, 2**16), cuts=st.sets(st.integers(1, 40), max_size=6))
 def test_novelty_and_variety_through_the_online_store_match_brute_force(
-        paired: DataContract, paired_online: OnlineFeatures, events: list[tuple[str, str, timedelta, str]],
+        paired: DataContract, paired_online: OnlineFeatures, events: list[tuple[str, str, timedelta, str | None]],
         seed: int, cuts: set[int]) -> None:
     """Requests in time order (ties in random order), recorded in batches through the SQLite store."""
     frame = text_frame(events, prefix=f"{uuid.uuid4().hex[:8]}-")
@@ -820,9 +825,9 @@ def test_novelty_and_variety_through_the_online_store_match_brute_force(
     served: dict[int, dict[str, float]] = {}
     for start, end in itertools.pairwise(edges):
         rows = [frame.iloc[i] for i in order[start:end]]
+        texts = ("channel", "customer_id", "merchant_id")
         events_ = [OnlineEvent({e.join_key: str(r[e.join_key]) for e in paired.entities}, r["transaction_id"], r[TS],
-                               {"amount": r["amount"]}, {c: str(r[c]) for c in ("channel", "customer_id",
-                                                                                "merchant_id")})
+                               {"amount": r["amount"]}, {c: canonical_text(r[c], "string") for c in texts})
                    for r in rows]
         seen = paired_online.record_events(events_)
         served.update({i: compute_features(paired, h, r[TS], {**e.values, **e.texts})
@@ -846,7 +851,7 @@ def test_a_stored_history_keeps_each_events_text_and_reads_an_older_one_as_missi
     assert dict(older.texts) == {"channel": (None,), "merchant_id": (None,)}
     with pytest.raises(ValueError, match="pass the event's texts"):
         append_event(view, empty_history(view), "c", 30, {"amount": 1.0})
-    with pytest.raises(ValueError, match="compares the current value of 'merchant_id'"):
+    with pytest.raises(ValueError, match="compares the current value of 'channel'"):
         compute_features(paired, {}, BASE)
 
 
@@ -886,7 +891,7 @@ def test_integer_keys_compare_as_their_digits(tmp_path_factory: pytest.TempPathF
 @given(events=TEXT_STREAMS, cut=st.integers(min_value=0, max_value=29))
 def test_newest_state_keeps_the_texts_the_write_through_keeps(
         paired: DataContract, tmp_path_factory: pytest.TempPathFactory,
-        events: list[tuple[str, str, timedelta, str]], cut: int) -> None:
+        events: list[tuple[str, str, timedelta, str | None]], cut: int) -> None:
     """Materialization (the newest state from the offline table) holds each event's texts as the
     write-through does, so the online pair features go on from it exactly."""
     frame = text_frame(events)
@@ -900,7 +905,8 @@ def test_newest_state_keeps_the_texts_the_write_through_keeps(
             history = expected.get(row[key], empty_history(view))
             expected[row[key]] = append_event(view, history, row["transaction_id"], to_micros(row[TS]),
                                               {"amount": float(row["amount"])},
-                                              texts={c: str(row[c]) for c in view.text_columns}) or history
+                                              texts={c: canonical_text(row[c], "string")
+                                                     for c in view.text_columns}) or history
         got = dict(pair for b in latest_histories(folder / "offline.parquet", paired, view, end.to_pydatetime(),
                                                   None, batch=2) for pair in b)
         assert got == expected

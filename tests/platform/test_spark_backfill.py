@@ -282,7 +282,11 @@ _TEXT_FEATURES = {
                  {"name": "customer_merchant_gap_1h", "agg": "pair_seconds_since_previous", "column": "merchant_id",
                   "window": "1h"}],
     "merchant": [{"name": "merchant_customer_gap_7d", "agg": "pair_seconds_since_previous", "column": "customer_id",
-                  "window": "7d"}],
+                  "window": "7d"},
+                 {"name": "merchant_channels_1h", "agg": "distinct_count", "column": "channel", "window": "1h"},
+                 {"name": "merchant_met_channel_24h", "agg": "pair_seen", "column": "channel", "window": "24h"},
+                 {"name": "merchant_channel_gap_24h", "agg": "pair_seconds_since_previous", "column": "channel",
+                  "window": "24h"}],
 }
 
 
@@ -298,6 +302,7 @@ def test_spark_novelty_and_variety_equal_duckdb_on_streams_with_ties_and_edges(
         view["features"] += _TEXT_FEATURES[view["entity"]]
     paired = DataContract.model_validate(raw)
     frame = streams_frame(streams)
+    frame["channel"] = [["pos", "online", None][i % 3] for i in range(len(frame))]  # a missing one never meets
     got = backfill_frame(spark.createDataFrame(frame), paired).toPandas()
     assert max_feature_difference(got, frame, paired) <= 1e-9
     folder = tmp_path_factory.mktemp("spark-texts")
