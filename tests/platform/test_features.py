@@ -710,16 +710,20 @@ def test_zscore_of_nearly_equal_large_values_has_no_cancellation(scored: DataCon
     assert abs(naive - exact) > 1e-3 * exact  # what the naive formula would have served
 
 
+@pytest.mark.parametrize("family", ["current", "paired"])
 def test_the_skew_check_compares_current_value_features_with_the_logged_inputs(
-        scored: DataContract, tmp_path: Path) -> None:
-    """Offline features at a logged prediction take its own amount from the logged inputs."""
+        family: str, contract: DataContract, tmp_path: Path) -> None:
+    """Offline features at a logged prediction take its own amount (and channel) from the logged
+    inputs, its merchant from the logged entities."""
     from mlops.feature_skew import check_skew
     from mlops.prediction_log import PredictionLog, PredictionRecord, log_dir
 
+    scored = with_current_value_features(contract) if family == "current" else with_text_features(contract)
     settings = Settings(home=tmp_path)
     rng = random.Random(11)
     frame = stream_frame([(rng.choice(["c1", "c2"]), rng.choice(["m1", "m2"]), timedelta(minutes=rng.randint(0, 300)),
                            rng.randint(1, 9_999) / 100) for _ in range(30)])
+    frame["channel"] = [rng.choice(["pos", "online"]) for _ in range(30)]
     publish_features(frame, scored, settings)
     served = replay_features(frame, scored)
     log = PredictionLog(log_dir(settings), fsync_interval_s=0)
@@ -727,7 +731,7 @@ def test_the_skew_check_compares_current_value_features_with_the_logged_inputs(
         log.write([PredictionRecord(
             event_id=row["transaction_id"], event_timestamp=row[TS],
             entities={"customer_id": row["customer_id"], "merchant_id": row["merchant_id"]},
-            inputs={"amount": row["amount"]}, features=features, unknown_entities=[],
+            inputs={"amount": row["amount"], "channel": row["channel"]}, features=features, unknown_entities=[],
             unknown_categories=[], logged_at=row[TS], probability=0.5, decision="legit",
             model_name="m", model_version="1") for row, features in zip(frame.to_dict("records"),
                                                                         served.to_dict("records"), strict=True)])
@@ -735,7 +739,8 @@ def test_the_skew_check_compares_current_value_features_with_the_logged_inputs(
         log.close()
     report = check_skew(settings, scored, sample=30, tolerance=1e-9)
     assert (report.compared, report.differing) == (30, 0), report
-    assert served["customer_amount_zscore_7d"].abs().max() > 0
+    new = [f["name"] for fs in (CURRENT_VALUE_FEATURES if family == "current" else TEXT_FEATURES).values() for f in fs]
+    assert served[new].nunique().min() > 1  # each compared feature varies
 
 
 
