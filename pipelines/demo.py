@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from feature_repo.store import materialize_online
+from mlops import registry
 from mlops.contract import DataContract, load_contract
 from mlops.data.examples import example_generator
 from mlops.errors import MLOpsError
@@ -139,9 +140,11 @@ def print_answers(console: Console, answered: pd.DataFrame, contract: DataContra
 def print_next_steps(console: Console, settings: Settings) -> None:
     """What to run next; the ports are the ones these commands will use with the current settings."""
     serving = f"http://{settings.host}:{settings.port}"
+    # The experiment's runs list: one row per pipeline run, named after its outcome, metrics as columns.
+    runs = f"http://127.0.0.1:{MLFLOW_UI_PORT}/#/experiments/{registry.ensure_experiment(settings)}"
     console.print("Next:")
     console.print(f"  MLflow UI:     .venv/bin/mlflow ui --port {MLFLOW_UI_PORT} --backend-store-uri "
-                  f"{settings.resolved_tracking_uri}   (then open http://127.0.0.1:{MLFLOW_UI_PORT})", highlight=False)
+                  f"{settings.resolved_tracking_uri}   (then open {runs})", highlight=False)
     console.print(f"  keep serving:  make serve   (then POST to {serving}/predict; MLOPS_PORT changes the port)",
                   highlight=False)
     console.print("  what it served: .venv/bin/mlops predictions show --since 1h", highlight=False)

@@ -41,7 +41,7 @@ Runner = Literal["kfp", "inline"]
 
 @dataclass(frozen=True)
 class PipelineOutcome:
-    run_name: str
+    run_name: str  # the name the runner gave the run; MLflow shows it renamed after the outcome
     run_id: str
     decision: str
     version: str | None
@@ -137,13 +137,16 @@ def _run_on_kfp_local(package: Path, settings: Settings, parameters: dict[str, s
 
 
 def _find_run(settings: Settings, run_name: str) -> Run | None:
-    """The pipeline's MLflow run by name, or None."""
+    """The pipeline's MLflow run by the name the runner gave it (kept in a tag: evaluate renames the
+    run after its outcome), or None."""
+    from pipelines.orchestration.tasks import PIPELINE_RUN_TAG
+
     mlflow_client = registry.client(settings)
     experiment = mlflow_client.get_experiment_by_name(settings.experiment)
     if experiment is None:
         return None
     runs = mlflow_client.search_runs([experiment.experiment_id],
-                                     filter_string=f"attributes.run_name = '{run_name}'", max_results=1)
+                                     filter_string=f"tags.{PIPELINE_RUN_TAG} = '{run_name}'", max_results=1)
     return runs[0] if runs else None
 
 

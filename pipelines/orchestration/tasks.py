@@ -38,6 +38,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 MODEL_RUN_SUFFIX = "-model"
+# The name the runner gave the pipeline's run; evaluate renames the run after its outcome, and the
+# runner finds the run by this tag.
+PIPELINE_RUN_TAG = "pipeline_run"
+
+
+def outcome_run_name(settings: Settings, version: str, decision: str) -> str:
+    """What a run is called once evaluate has decided: ``<pipeline> v3 promote`` or ``... v4 reject``."""
+    return f"{settings.pipeline_name} v{version} {decision}"
 
 
 @contextmanager
@@ -62,8 +70,8 @@ def ingest_task(context: StepContext, *, source: str, snapshot: Path, run_name: 
     check_source(source)  # a missing file or a malformed window opens no MLflow run
     window = resolve_window(since, until, last_weeks)
     experiment_id = registry.ensure_experiment(settings)
-    run = mlflow.MlflowClient().create_run(experiment_id, run_name=run_name or None,
-                                           tags={"pipeline": settings.pipeline_name})
+    tags = {"pipeline": settings.pipeline_name, **({PIPELINE_RUN_TAG: run_name} if run_name else {})}
+    run = mlflow.MlflowClient().create_run(experiment_id, run_name=run_name or None, tags=tags)
     run_id = run.info.run_id
     with tracked_step(run_id, "ingest"):
         stored = ingest(source, settings.snapshots_dir, contract)
@@ -211,6 +219,8 @@ def evaluate_task(context: StepContext, *, train: Path, test: Path, model: Path,
                                                                        version=version, run=mlflow.get_run(run_id)))
         mlflow.set_tags({"decision": report.decision, "decision_reason": report.reason[:4000],
                          "registered_version": version})
+        # The runs list then says which run promoted which version, without opening each one.
+        mlflow.MlflowClient().update_run(run_id, name=outcome_run_name(settings, version, report.decision))
     log.info("registered %s v%s: %s (%s)", settings.model_name, version, report.decision, report.reason)
     return EvaluateRecord(run_id=run_id, version=version, decision=report.decision, reason=report.reason)
 

@@ -110,6 +110,12 @@ def create_store(settings: Settings) -> Path | None:
     return path
 
 
+# MLflow 3's UI opens an experiment of this kind in its model-training layout (runs with their
+# metric columns) rather than the GenAI one (traces, prompts).
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+
+
 def ensure_experiment(settings: Settings) -> str:
     """The experiment id, creating the experiment (artifacts under home) on first use."""
     mlflow_client = client(settings)
@@ -119,7 +125,8 @@ def ensure_experiment(settings: Settings) -> str:
     # A local store keeps artifacts under home; a tracking server decides its own location.
     local = settings.resolved_tracking_uri.startswith(("sqlite:", "file:"))
     location = settings.artifact_root.as_uri() if local else None
-    return str(mlflow_client.create_experiment(settings.experiment, artifact_location=location))
+    return str(mlflow_client.create_experiment(settings.experiment, artifact_location=location,
+                                               tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}))
 
 
 def _missing(exc: Exception) -> bool:

@@ -1,0 +1,54 @@
+"""The MLflow runs list says which run promoted which version: after evaluate decides, the pipeline's
+run is named ``<pipeline> v<version> <decision>`` and holds the decision and the test metrics; the
+experiment opens in MLflow's model-training layout, and the demo's link opens its runs list."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from mlops import registry
+from mlops.data.generator import generate_transactions
+from mlops.settings import Settings
+from pipelines.demo import print_next_steps
+from pipelines.orchestration.runner import run_pipeline
+
+
+def test_an_inline_run_is_named_after_its_outcome_and_holds_the_decision_and_test_metrics(
+        mlflow_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLOPS_HOME", str(mlflow_home))
+    monkeypatch.setenv("MLOPS_MAX_EPOCHS", "2")
+    settings = Settings()
+    source = tmp_path / "transactions.parquet"
+    generate_transactions(3000, seed=7, fraud_rate=0.08).to_parquet(source, index=False)
+    outcome = run_pipeline(str(source), settings, run_name="named-after-outcome", runner="inline")
+    assert outcome.version == "1"
+    assert outcome.decision in {"promote", "reject"}  # 2 epochs may miss the quality gates
+    client = registry.client(settings)
+    experiment = registry.ensure_experiment(settings)
+    name = f"{settings.pipeline_name} v1 {outcome.decision}"
+    runs = client.search_runs([experiment], filter_string=f"attributes.run_name = '{name}'")
+    assert [r.info.run_id for r in runs] == [outcome.run_id]
+    run = runs[0]
+    assert run.data.tags["decision"] == outcome.decision
+    assert run.data.tags["registered_version"] == "1"
+    assert "mlflow.parentRunId" not in run.data.tags  # the run the list shows, not a nested one
+    assert 0.0 <= run.data.metrics["test_f1"] <= 1.0
+    assert 0.0 < run.data.metrics["test_pr_auc"] <= 1.0
+    # Nothing is left under the name the runner gave it.
+    assert client.search_runs([experiment], filter_string="attributes.run_name = 'named-after-outcome'") == []
+    kind = client.get_experiment(experiment).tags[registry.EXPERIMENT_KIND_TAG]
+    assert kind == "custom_model_development"
+
+
+def test_the_demo_links_the_experiments_runs_list(settings: Settings) -> None:
+    console = Console(record=True, width=400)
+    print_next_steps(console, settings)
+    output = console.export_text()
+    experiment = registry.ensure_experiment(settings)
+    link = re.search(r"then open (\S+)\)", output)
+    assert link is not None, output
+    assert link.group(1) == f"http://127.0.0.1:5000/#/experiments/{experiment}"
