@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from html import escape
 
-from monitoring.drift import LEVELS, DriftReport, FeatureDrift
+from monitoring.drift import LEVELS, DriftReport, DriftThresholds, FeatureDrift, Level
 
 _COLOURS = {"INFO": "#2e7d32", "WARNING": "#ef6c00", "CRITICAL": "#c62828"}
 
@@ -25,7 +25,26 @@ def worst(report: DriftReport, count: int = 3) -> list[str]:
     return [f"v{report.model_version}/{describe(f)}" for f in by_severity(report.features)[:count]]
 
 
-def summary_html(report: DriftReport) -> str:
+# What to do next, by the report's level.
+_NEXT: dict[Level, str] = {
+    "INFO": "Nothing to do: no feature moved both far and significantly.",
+    "WARNING": "Next: look at the WARNING features' source (a new merchant, a changed upstream field), watch the "
+               "next runs (`mlops drift history`) and, once labels arrive, the quality (`mlops labels quality`).",
+    "CRITICAL": "Next: the CRITICAL features changed for real; the run's actions (fallback, retraining, see "
+                "`mlops drift history`) have started, so check their source and the retrained version's decision "
+                "(`mlops model list`).",
+}
+
+
+def levels_sentence(limits: DriftThresholds) -> str:
+    """One sentence on what a level means: a large shift and a significant test, both."""
+    return (f"A feature is WARNING or CRITICAL only when its shift is large (PSI at least {limits.psi_warning:g} or "
+            f"{limits.psi_critical:g}, or its share's change past its threshold) and its test is significant "
+            f"(p below {limits.p_value:g} over all the run's tests); Evidently's sections below say "
+            f"\"drift detected\" from their test alone, so a feature they flag can be INFO here.")
+
+
+def summary_html(report: DriftReport, limits: DriftThresholds | None = None) -> str:
     rows = "".join(
         f"<tr><td>{escape(f.feature)}</td><td style='color:{_COLOURS[f.level]};font-weight:bold'>{f.level}</td>"
         f"<td>{'' if f.score is None else f'{f.score:.4g}'}</td><td>{f.test}</td>"
@@ -33,7 +52,10 @@ def summary_html(report: DriftReport) -> str:
         for f in by_severity(report.features))
     return (f"<section id='drift-summary' style='font-family:sans-serif;margin:16px'>"
             f"<h2>Drift {report.level}: {escape(report.model_name)} v{escape(report.model_version)}, "
-            f"{report.rows:,} predictions</h2><table border='1' cellpadding='4' style='border-collapse:collapse'>"
+            f"{report.rows:,} predictions</h2>"
+            f"<p id='drift-levels'>{escape(levels_sentence(limits or DriftThresholds()))}</p>"
+            f"<p id='drift-next'><b>{escape(_NEXT[report.level])}</b></p>"
+            f"<table border='1' cellpadding='4' style='border-collapse:collapse'>"
             f"<tr><th>feature</th><th>level</th><th>score</th><th>test</th><th>p-value</th><th>rows</th>"
             f"<th>note</th></tr>{rows}</table></section>")
 

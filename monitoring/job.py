@@ -54,9 +54,9 @@ def judge(settings: Settings, window: pd.DataFrame, limits: DriftThresholds) -> 
 
 
 def _reason(reports: list[DriftReport]) -> str:
-    flagged = [f"{r.model_version}/{f.feature} {f.level} ({f.score:.3g})" for r in reports for f in r.flagged()
+    flagged = [f"v{r.model_version}/{f.feature} {f.level} ({f.score:.3g})" for r in reports for f in r.flagged()
                if f.score is not None]
-    notes = [f"{r.model_version}/{f.feature}: {f.note}" for r in reports for f in r.features
+    notes = [f"v{r.model_version}/{f.feature}: {f.note}" for r in reports for f in r.features
              if f.note and f.level != "INFO"]
     return "; ".join(flagged + notes) or "no feature drifted"
 
@@ -67,11 +67,12 @@ def _worst(reports: list[DriftReport], count: int = 3) -> list[str]:
     return [f"v{versions[id(f)]}/{describe(f)}" for f in ranked[:count]]
 
 
-def _report_html(settings: Settings, report: DriftReport, window: pd.DataFrame, now: datetime) -> str:
+def _report_html(settings: Settings, report: DriftReport, window: pd.DataFrame, now: datetime,
+                 limits: DriftThresholds) -> str:
     profile = fetch_profile(settings, report.model_name, report.model_version)
     path = settings.monitoring_dir / "reports" / f"drift-{now:%Y%m%dT%H%M%S}-v{report.model_version}.html"
     render_html(evidently_snapshot(report, profile, window), path)
-    path.write_text(prepend_summary(path.read_text(encoding="utf-8"), summary_html(report)), encoding="utf-8")
+    path.write_text(prepend_summary(path.read_text(encoding="utf-8"), summary_html(report, limits)), encoding="utf-8")
     return str(path)
 
 
@@ -115,7 +116,7 @@ def run_drift(settings: MonitoringSettings, spec: WindowSpec, *, limits: DriftTh
         run_at=now, window=spec.describe(), model_name=reports[0].model_name,
         model_versions=[r.model_version for r in reports], rows=len(window), level=level, reason=_reason(reports),
         scores={f"v{r.model_version}/{f.feature}": f.score for r in reports for f in r.features if f.score is not None},
-        actions=planned, report_paths=[_report_html(settings, r, w, now) for r, w in judged],
+        actions=planned, report_paths=[_report_html(settings, r, w, now, limits) for r, w in judged],
         worst=_worst(reports))
     record = _act(settings, contract, window, record, now)
     actions.append_history(settings.monitoring_dir, record)

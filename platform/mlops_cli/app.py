@@ -10,6 +10,7 @@ checks its arguments and files first, then loads settings, then imports what doe
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
@@ -57,6 +58,9 @@ def main(
                                           help="Print the version and exit.")] = False,
 ) -> None:
     """MLOps platform: data -> validated features -> model -> registry -> endpoint."""
+    # A command prints its own lines: MLflow's "Downloading artifacts" bar (a reference profile, a
+    # model) would only interleave with them.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 
 def serve_command(

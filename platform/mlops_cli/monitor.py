@@ -54,8 +54,9 @@ def drift_run_command(
         record = run_drift(settings, window)
     except MLOpsError as exc:
         _fail(exc)
-    console.print(f"drift [bold]{record.level}[/] on {record.rows:,} predictions of model versions "
-                  f"{', '.join(record.model_versions)}: {record.reason}", highlight=False)
+    versions = ", ".join(f"v{v}" for v in record.model_versions)  # the prefix of the reason's and worst's names
+    console.print(f"drift [bold]{record.level}[/] on {record.rows:,} predictions of {record.model_name} {versions}: "
+                  f"{record.reason}", highlight=False)
     console.print(f"actions: {', '.join(record.actions)}; reports: {', '.join(record.report_paths)}", highlight=False)
     console.print(f"worst features: {'; '.join(record.worst)}", highlight=False)
     if record.action_errors:
@@ -80,8 +81,8 @@ def drift_history_command(
     table = Table("run at", "versions", "rows", "level", "actions", "reason")
     for record in records:
         done = ", ".join(record.actions) + "".join(f" [failed {e}]" for e in record.action_errors)
-        table.add_row(f"{record.run_at:%Y-%m-%d %H:%M:%S}", ",".join(record.model_versions), f"{record.rows:,}",
-                      record.level, done, record.reason)
+        table.add_row(f"{record.run_at:%Y-%m-%d %H:%M:%S}", ",".join(f"v{v}" for v in record.model_versions),
+                      f"{record.rows:,}", record.level, done, record.reason)
     console.print(table)
 
 

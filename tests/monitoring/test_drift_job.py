@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -211,3 +213,36 @@ def test_a_version_without_profile_exits_4(settings: Settings, live: Traffic, wr
     bad = runner.invoke(app, ["drift", "run", "--since", "yesterday"])
     assert bad.exit_code == 2
     assert "--since must be a duration" in bad.output
+
+
+@pytest.mark.parametrize("bar", ["", "true"])
+def test_drift_run_prints_its_own_lines_with_one_version_prefix_and_the_report_explains_its_levels(
+        settings: MonitoringSettings, reference: ReferenceProfile, live: Traffic, write_log: LogWriter,
+        register_profile: Registrar, monkeypatch: pytest.MonkeyPatch, bar: str) -> None:
+    monkeypatch.setenv("MLOPS_DRIFT_RETRAIN", "false")
+    monkeypatch.setenv("MLOPS_DEV_MODE", "true")
+    monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", raising=False)
+    if bar:  # MLflow's own default, to show that the bar this test looks for is real
+        monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", bar)
+    version = register_profile(settings, reference)
+    write_log(live("amount_inflation"), PredictionLog(log_dir(settings)), version=version)
+    # A fresh process: the reference profile is downloaded from the registry (no cached copy yet).
+    done = subprocess.run([sys.executable, "-m", "mlops_cli", "drift", "run", "--since", "1d"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert ("Downloading artifacts" in output) == bool(bar)
+    line = " ".join(done.stdout.split())
+    assert f"predictions of card-transactions v{version}: " in line
+    # Every feature the lines name carries the same 'v<version>/' prefix (never a bare '<version>/').
+    named = re.findall(r"(\S*)/(?:amount|probability|confident_share|top_score_share|[a-z_]+) ", line)
+    assert named
+    assert set(named) == {f"v{version}"}
+    record = read_history(settings.monitoring_dir)[-1]
+    assert record.reason.startswith(f"v{version}/")
+    html = Path(record.report_paths[0]).read_text()
+    start = html.index("<section id='drift-summary'")
+    top = html[start:html.index("<table", start)]
+    assert "only when its shift is large" in top
+    assert "and its test is significant" in top
+    assert "Next: the CRITICAL features changed for real" in top
