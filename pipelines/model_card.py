@@ -15,11 +15,13 @@ from mlflow.entities import Run
 
 if TYPE_CHECKING:
     from pipelines.steps.evaluate import EvaluationReport, Metrics
+    from pipelines.steps.promotion import PromotionEvidence
     from pipelines.steps.quality import SliceMetrics
 
 _METRICS = (("F1", "f1"), ("precision", "precision"), ("recall", "recall"), ("PR-AUC", "pr_auc"),
             ("ROC-AUC", "roc_auc"), ("threshold", "threshold"))
 _SPLITS = ("train", "validation", "test")
+_PICTURES = ("pr_curve.png", "confusion_matrix.png", "reliability_curve.png")
 
 
 def _cell(value: object) -> str:
@@ -30,6 +32,15 @@ def _slice_row(s: SliceMetrics) -> str:
     if s.f1 is None or s.precision is None or s.recall is None:  # under the minimum size: counted, not scored
         return f"| {_cell(s.name)} | {s.rows} | {s.positives} | (too few rows) | - | - |"
     return f"| {_cell(s.name)} | {s.rows} | {s.positives} | {s.f1:.4f} | {s.precision:.4f} | {s.recall:.4f} |"
+
+
+def _evidence_line(evidence: PromotionEvidence) -> str:
+    line = (f"Promotion evidence: {evidence.rows} test rows, base rate {evidence.base_rate:.4f}, PR-AUC "
+            f"{evidence.pr_auc_lift:.2f} times the base rate")
+    if evidence.f1_gain is not None and evidence.f1_gain_low is not None and evidence.f1_gain_high is not None:
+        line += (f"; F1 gain over production {evidence.f1_gain:+.4f}, interval [{evidence.f1_gain_low:+.4f}, "
+                 f"{evidence.f1_gain_high:+.4f}]")
+    return line + "."
 
 
 def _metric_rows(candidate: Metrics, production: Metrics | None) -> list[str]:
@@ -59,6 +70,8 @@ def render_model_card(report: EvaluationReport, *, model_name: str, version: str
     if report.production_version is not None:
         lines += ["", f"Production at evaluation: version {report.production_version}; promotion margin "
                       f"{report.margin} on F1."]
+    if report.promotion is not None:
+        lines += ["", _evidence_line(report.promotion)]
     if report.calibration is not None:
         lines += ["", "## Calibration", "",
                   f"Brier score {report.calibration.brier:.4f}, expected calibration error "
@@ -77,11 +90,14 @@ def render_model_card(report: EvaluationReport, *, model_name: str, version: str
                   f"mean score by {r.mean_delta:+.4f}" for r in b.directional]
         lines += [f"- verdict: {_cell(verdict)}"]
     experiment, run_id = run.info.experiment_id, run.info.run_id
+    # The run's artifact view opened at the file (the UI shows a picture there); relative to the UI's root.
+    artifacts = f"#/experiments/{experiment}/runs/{run_id}/artifactPath/evaluation"
     lines += ["", "## Lineage", "",
               f"- MLflow run: [{run_id}](#/experiments/{experiment}/runs/{run_id}) (its Datasets panel lists "
               "train, validation and test with the snapshot hash as digest)",
               f"- git commit: `{params.get('git_commit', 'unknown')}`; training fingerprint: "
               f"`{tags.get('training_fingerprint', params.get('training_fingerprint', 'unknown'))}`",
-              f"- pictures: `runs:/{run_id}/evaluation/` (pr_curve.png, confusion_matrix.png, "
-              "reliability_curve.png, each marking the operating threshold)"]
+              "- pictures, each marking the operating threshold: "
+              + ", ".join(f"[{name}]({artifacts}/{name})" for name in _PICTURES),
+              f"- every figure evaluate measured: [evaluation/report.json]({artifacts}/report.json)"]
     return "\n".join(lines) + "\n"

@@ -1,6 +1,6 @@
 """Deploy: the tags that record a version's promotion decision, and the promotion itself.
 
-Every registered version carries its decision, metrics and reason as tags (see promotion_tags);
+Every registered version carries its decision, reason and headline metrics as tags (see promotion_tags);
 only a promoted one gets the serving alias and the Production stage (deploy_version).
 """
 
@@ -16,19 +16,26 @@ if TYPE_CHECKING:  # evaluate pulls in scikit-learn, which the deploy step's pro
     from pipelines.steps.evaluate import EvaluationReport
 
 
+# At most this many tags on a version (with run_id and, once deployed, deployed_at): the MLflow
+# versions table shows every tag in its row, so they are the few a person reads there. Everything
+# else evaluate measured (all metrics of both models, the rule's evidence, the margin) is in the
+# version's model card and in its run's evaluation/report.json.
+MAX_VERSION_TAGS = 8
+
+
 def promotion_tags(report: EvaluationReport) -> dict[str, str]:
+    """The decision, its reason, F1 and PR-AUC, and what it was compared with.
+
+    ``production_version_at_evaluation`` is also what deploy's compare-and-set reads back."""
     tags = {
         "decision": report.decision,
         "decision_reason": report.reason,
-        "promotion_margin": str(report.margin),
+        "candidate_f1": f"{report.candidate.f1:.4f}",
+        "candidate_pr_auc": f"{report.candidate.pr_auc:.4f}",
         "production_version_at_evaluation": report.production_version or "none",
     }
-    tags.update({f"candidate_{k}": f"{v:.6f}" for k, v in report.candidate.model_dump().items()})
     if report.production is not None:
-        tags.update({f"production_{k}": f"{v:.6f}" for k, v in report.production.model_dump().items()})
-    if report.promotion is not None:
-        tags.update({f"promotion_{k}": f"{v:.6f}" if isinstance(v, float) else str(v)
-                     for k, v in report.promotion.model_dump().items() if v is not None})
+        tags["production_f1"] = f"{report.production.f1:.4f}"
     return tags
 
 
@@ -43,8 +50,6 @@ def deploy_version(settings: Settings, version: str, *, expected: str | None, ac
     """
     previous = registry.promote(settings, version, expected=expected, actor=actor,
                                 reason=reason)
-    registry.tag_version(settings, version, {
-        "deployed_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "replaced_version": previous or "none",
-    })
+    # The version it replaced is in the audit record (mlops model history).
+    registry.tag_version(settings, version, {"deployed_at": datetime.now(UTC).isoformat(timespec="seconds")})
     return previous

@@ -142,8 +142,11 @@ def test_drift_switches_to_fallback_retrains_and_the_service_follows(home: Setti
         candidate = max(versions, key=int)
         assert candidate not in {champion_version, fallback_version}
         tags = versions[candidate]
-        beats = (float(tags["promotion_pr_auc_lift"]) >= settings.promotion_min_pr_auc_lift
-                 and float(tags["promotion_f1_gain_low"]) >= settings.promotion_margin)
+        # The rule's evidence is in the run's evaluation report (the version's tags are the few a person reads).
+        report = json.loads(Path(registry.client(settings).download_artifacts(
+            tags["run_id"], "evaluation/report.json", str(tmp_path))).read_text())
+        beats = (report["promotion"]["pr_auc_lift"] >= settings.promotion_min_pr_auc_lift
+                 and report["promotion"]["f1_gain_low"] >= settings.promotion_margin)
         assert (tags["decision"] == "promote") == beats
         assert registry.alias_version(settings) == (candidate if beats else champion_version)
 

@@ -255,7 +255,7 @@ def test_worse_model_is_registered_but_not_promoted(platform: Platform) -> None:
     assert "ranks no better than a constant score" in tags["decision_reason"]
     # Both models are scored on this run's (shuffled) test split, so the production F1 is low too;
     # what matters is that the candidate does not clear production + margin, and is a worse model.
-    assert float(tags["candidate_f1"]) < float(tags["production_f1"]) + float(tags["promotion_margin"])
+    assert float(tags["candidate_f1"]) < float(tags["production_f1"]) + platform.settings.promotion_margin
     first_pr_auc = _run_metrics(platform.settings, platform.first.run_id)["test_pr_auc"]
     assert float(tags["candidate_pr_auc"]) < first_pr_auc / 2
     assert "deployed_at" not in tags

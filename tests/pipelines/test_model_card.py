@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 from mlflow.entities import Param, Run, RunData, RunInfo, RunTag
 
 from pipelines.model_card import render_model_card
 from pipelines.steps.calibration import CalibrationReport
 from pipelines.steps.evaluate import EvaluationReport, Metrics
+from pipelines.steps.promotion import PromotionEvidence
 from pipelines.steps.quality import BehaviourReport, DirectionalResult, SliceMetrics
 
 SNAPSHOT = "ab12" * 16
@@ -24,6 +27,8 @@ def _report(decision: str, reason: str) -> EvaluationReport:
         candidate=Metrics(f1=0.6123, precision=0.87, recall=0.56, roc_auc=0.88, pr_auc=0.6042, threshold=0.5314),
         production=Metrics(f1=0.6001, precision=0.8, recall=0.5, roc_auc=0.87, pr_auc=0.59, threshold=0.5),
         production_version="2", margin=0.02, decision=decision, reason=reason,  # type: ignore[arg-type]
+        promotion=PromotionEvidence(rows=4500, base_rate=0.0162, pr_auc_lift=37.3, f1_gain=0.0122,
+                                    f1_gain_low=-0.01, f1_gain_high=0.035),
         calibration=CalibrationReport(brier=0.0123, ece=0.0045, bins=[]),
         slices=[SliceMetrics(name="channel=online", rows=900, positives=30, f1=0.7, precision=0.8, recall=0.62),
                 SliceMetrics(name="country=NG", rows=3, positives=1, f1=None, precision=None, recall=None)],
@@ -49,6 +54,20 @@ def test_the_card_carries_decision_metrics_threshold_data_and_lineage() -> None:
     assert "- verdict: passed" in card
     assert f"[{'r' * 32}](#/experiments/4/runs/{'r' * 32})" in card
     assert "training fingerprint: `f1f2`" in card
+    # What the version's tags no longer carry: the margin and the promotion rule's evidence.
+    assert "promotion margin 0.02 on F1" in card
+    assert ("Promotion evidence: 4500 test rows, base rate 0.0162, PR-AUC 37.30 times the base rate; F1 gain "
+            "over production +0.0122, interval [-0.0100, +0.0350].") in card
+
+
+def test_the_card_links_its_pictures_and_the_full_report() -> None:
+    card = render_model_card(_report("promote", "r"), model_name="m", version="1", run=RUN)
+    artifacts = f"#/experiments/4/runs/{'r' * 32}/artifactPath/evaluation"
+    links = dict(re.findall(r"\[([^\]]+)\]\(([^)]+)\)", card))
+    for picture in ("pr_curve.png", "confusion_matrix.png", "reliability_curve.png"):
+        assert links[picture] == f"{artifacts}/{picture}"
+    assert links["evaluation/report.json"] == f"{artifacts}/report.json"
+    assert "`runs:/" not in card  # no path to copy by hand
 
 
 def test_a_reason_with_table_characters_stays_on_its_line() -> None:

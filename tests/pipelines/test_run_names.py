@@ -15,6 +15,7 @@ from mlops.data.generator import generate_transactions
 from mlops.settings import Settings
 from pipelines.demo import print_next_steps
 from pipelines.orchestration.runner import run_pipeline
+from pipelines.steps.deploy import MAX_VERSION_TAGS
 
 
 def test_an_inline_run_is_named_after_its_outcome_and_holds_the_decision_and_test_metrics(
@@ -40,6 +41,14 @@ def test_an_inline_run_is_named_after_its_outcome_and_holds_the_decision_and_tes
     assert 0.0 < run.data.metrics["test_pr_auc"] <= 1.0
     # Nothing is left under the name the runner gave it.
     assert client.search_runs([experiment], filter_string="attributes.run_name = 'named-after-outcome'") == []
+    # The registered version carries the few tags a person reads; its card links the pictures.
+    version = client.get_model_version(settings.model_name, "1")
+    assert len(version.tags) <= MAX_VERSION_TAGS
+    assert version.tags["decision"] == outcome.decision
+    link = f"[pr_curve.png](#/experiments/{experiment}/runs/{outcome.run_id}/artifactPath/evaluation/pr_curve.png)"
+    assert link in str(version.description)
+    artifacts = {a.path for a in client.list_artifacts(outcome.run_id, "evaluation")}
+    assert {"evaluation/pr_curve.png", "evaluation/report.json"} <= artifacts
     kind = client.get_experiment(experiment).tags[registry.EXPERIMENT_KIND_TAG]
     assert kind == "custom_model_development"
 
