@@ -233,6 +233,7 @@ def _contract_body(path: Path, rows: int, profiles: list[_Profile], label: str |
                 logged.add(prof.name)
 
     main = _main_numeric(profiles, [n["name"] for n in numeric])
+    non_negative = {p.name for p in profiles if p.low is not None and p.low >= 0}
     taken = {p.name for p in profiles}
     entities: list[dict[str, str]] = []
     views: list[dict[str, Any]] = []
@@ -245,6 +246,9 @@ def _contract_body(path: Path, rows: int, profiles: list[_Profile], label: str |
             stem = _slug(main, "_")
             features += [{"name": f"{entity}_{stem}_mean_7d", "agg": "mean", "column": main, "window": "7d"},
                          {"name": f"{entity}_{stem}_max_24h", "agg": "max", "column": main, "window": "24h"}]
+            if main in non_negative:  # the value against the entity's own habit (a ratio needs values >= 0)
+                features.append({"name": f"{entity}_{stem}_ratio_7d", "agg": "ratio_to_mean", "column": main,
+                                 "window": "7d"})
         features.append({"name": f"{entity}_seconds_since_previous", "agg": "seconds_since_previous", "window": "30d"})
         # The entity's own record of positives, as known LABEL_DELAY after each event (never inside it).
         label_stem = _slug(label_prof.name, "_").lower()

@@ -32,7 +32,8 @@ def served_features(raw: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
     for record in raw.to_dict("records"):
         keys = {v.view_name: str(record[contract.entity(v.entity).join_key]) for v in contract.feature_views}
         current = {name: histories[name][key] for name, key in keys.items() if key in histories[name]}
-        features = compute_features(contract, current, record["event_timestamp"])
+        features = compute_features(contract, current, record["event_timestamp"],
+                                    {"amount": float(record["amount"])})
         for view in contract.feature_views:
             known = current.get(view.view_name) or empty_history(view)
             updated = append_event(view, known, record["transaction_id"], to_micros(record["event_timestamp"]),

@@ -84,7 +84,7 @@ def assert_online_equals_offline(online: OnlineFeatures, frame: pd.DataFrame, co
             histories = online.read(keys)
             for later in (timedelta(0), timedelta(minutes=30), timedelta(hours=1), timedelta(days=1),
                           timedelta(days=2), timedelta(days=4)):
-                got = compute_features(contract, histories, newest + later)
+                got = compute_features(contract, histories, newest + later, {"amount": 1.0})
                 expected = expected_label_features(frame, contract, keys, newest + later, delivered)
                 assert {n: got[n] for n in names} == pytest.approx(expected, abs=1e-12), (keys, later)
                 largest = max(largest, *expected.values())
@@ -112,7 +112,7 @@ def test_labels_ingested_late_and_out_of_order_reach_the_online_label_features(
             event_id, amount, moment = str(row[ID]), float(row["amount"]), pd.Timestamp(row[TS]).to_pydatetime()
             keys = {"customer_id": str(row["customer_id"]), "merchant_id": str(row["merchant_id"])}
             [histories] = online.record_events([OnlineEvent(keys, event_id, moment, {"amount": amount})])
-            served = compute_features(labelled, histories, moment)
+            served = compute_features(labelled, histories, moment, {"amount": amount})
             assert all(served[f["name"]] == 0.0 for fs in LABEL_FEATURES.values() for f in fs)  # no label known yet
             log.write([PredictionRecord(event_id=event_id, event_timestamp=moment, entities=keys,
                                         inputs={"amount": amount}, features=served, unknown_entities=[],

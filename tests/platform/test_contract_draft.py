@@ -90,6 +90,7 @@ def test_a_draft_of_an_own_schema_keeps_integer_ids_and_has_no_categorical_input
     assert rates == sorted((f"{entity}_tx_fraud_rate_{w}", w, "7d") for entity in ("customer", "terminal")
                            for w in ("1d", "7d", "30d"))
     assert "set the delay to how late yours" in text  # the header names the assumption to edit
+    assert features["terminal_tx_amount_ratio_7d"].agg == "ratio_to_mean"  # amounts are never negative
     assert len(contract.time_features) == 4
 
     report = check_data(data, contract)

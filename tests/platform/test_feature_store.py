@@ -44,7 +44,7 @@ def _score_and_record(online: OnlineFeatures, contract: DataContract, row: pd.Se
     keys = {e.join_key: str(row[e.join_key]) for e in contract.entities}
     [histories] = online.record_events([OnlineEvent(keys, str(row["transaction_id"]), row[TS],
                                                     {"amount": float(row["amount"])})])
-    return compute_features(contract, histories, row[TS])
+    return compute_features(contract, histories, row[TS], {"amount": float(row["amount"])})
 
 
 def test_replay_after_materialization_equals_offline_features(published: Published, contract: DataContract) -> None:
@@ -63,7 +63,7 @@ def test_replay_after_materialization_equals_offline_features(published: Publish
     materialize_online(published.settings, contract, frame[TS].max().to_pydatetime())
     last = frame.iloc[-1]
     keys = {e.join_key: str(last[e.join_key]) for e in contract.entities}
-    again = compute_features(contract, online.read(keys), last[TS])
+    again = compute_features(contract, online.read(keys), last[TS], {"amount": float(last["amount"])})
     assert again == pytest.approx(offline.loc[frame.index[-1], contract.feature_names].to_dict(), abs=1e-9)
 
 

@@ -43,6 +43,7 @@ from mlops.settings import Settings
 
 BASE = datetime(2026, 3, 2, 22, 0, tzinfo=UTC)
 TS = "event_timestamp"
+AMOUNT = {"amount": 12.5}  # the event's own value, for features that compare it with the window
 # Half-hour steps hit the 1 h and 24 h window edges exactly; few steps make same-instant ties.
 _OFFSETS = st.integers(min_value=0, max_value=24 * 12).map(lambda n: timedelta(minutes=30 * n))
 _EVENT = st.tuples(st.sampled_from(["c1", "c2", "c3"]), st.sampled_from(["m1", "m2"]), _OFFSETS,
@@ -340,7 +341,7 @@ def test_times_do_not_depend_on_the_machines_zone(contract: DataContract, monkey
         naive, at_plus_two = utc.replace(tzinfo=None), utc.astimezone(timezone(timedelta(hours=2)))
         for moment in (naive, at_plus_two, pd.Timestamp(naive), pd.Timestamp(at_plus_two)):
             assert to_micros(moment) == 1_772_992_830_000_000
-            assert compute_features(contract, {}, moment) == compute_features(contract, {}, utc)
+            assert compute_features(contract, {}, moment, AMOUNT) == compute_features(contract, {}, utc, AMOUNT)
     finally:
         monkeypatch.undo()
         time.tzset()
@@ -357,7 +358,7 @@ def test_times_do_not_depend_on_the_machines_zone(contract: DataContract, monkey
 ])
 def test_time_features_encode_the_utc_hour_and_weekday(contract: DataContract, moment: datetime,
                                                        hour_angle: float, day_angle: float) -> None:
-    got = compute_features(contract, {}, moment)
+    got = compute_features(contract, {}, moment, AMOUNT)
     assert [got[n] for n in contract.time_features] == pytest.approx(
         [math.sin(hour_angle), math.cos(hour_angle), math.sin(day_angle), math.cos(day_angle)], abs=1e-12)
     since_epoch = (moment if moment.tzinfo else moment.replace(tzinfo=UTC)) - datetime(1970, 1, 1, tzinfo=UTC)
@@ -426,8 +427,8 @@ def test_events_recorded_in_batches_see_the_same_features_as_one_by_one(
         rows = [frame.iloc[i] for i in order[start:end]]
         seen = online.record_events([OnlineEvent({e.join_key: str(r[e.join_key]) for e in contract.entities},
                                                  r["transaction_id"], r[TS], {"amount": r["amount"]}) for r in rows])
-        served.update({i: compute_features(contract, h, r[TS]) for i, r, h in zip(order[start:end], rows, seen,
-                                                                                    strict=True)})
+        served.update({i: compute_features(contract, h, r[TS], {"amount": r["amount"]})
+                       for i, r, h in zip(order[start:end], rows, seen, strict=True)})
     got = pd.DataFrame([served[i] for i in range(len(frame))], index=frame.index)
     assert_features_equal(got, brute_force(frame, contract))
 

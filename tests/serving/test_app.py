@@ -47,7 +47,7 @@ def _expected_probability(platform: ServedPlatform, body: dict[str, Any]) -> tup
     contract = platform.contract
     keys = {e.join_key: body[e.join_key] for e in contract.entities}
     histories = open_online_features(platform.settings, contract).read(keys)
-    features = compute_features(contract, histories, pd.Timestamp(body["event_timestamp"]))
+    features = compute_features(contract, histories, pd.Timestamp(body["event_timestamp"]), body)
     raw = {name: body[name] for name in contract.raw_inputs}
     probability = OnnxModel(platform.onnx_path).predict_proba([{**raw, **features}])
     return float(probability[0]), features
@@ -91,7 +91,8 @@ def test_unknown_customer_is_scored_with_empty_window_defaults_and_flagged(
     request = {**body, "transaction_id": "T-unknown", "customer_id": UNKNOWN_CUSTOMER}
     expected, features = _expected_probability(platform_home, request)
     moment = pd.Timestamp(body["event_timestamp"])
-    empty = compute_features(contract, {v.view_name: empty_history(v) for v in contract.feature_views}, moment)
+    empty = compute_features(contract, {v.view_name: empty_history(v) for v in contract.feature_views}, moment,
+                             request)
     customer_features = [f.name for f in contract.feature_views[0].features]
 
     response = client.post("/predict", json=request)

@@ -211,8 +211,9 @@ def _infer_body(platform: ServedPlatform, name: str, value: Any) -> dict[str, An
     """One graph row with every input valid but ``name`` set to ``value``."""
     contract = platform.contract
     moment = platform.transactions[contract.timestamp_column].max()
-    features = compute_features(contract, {v.view_name: empty_history(v) for v in contract.feature_views}, moment)
     [raw] = platform.transactions.head(1)[contract.raw_inputs].to_dict(orient="records")
+    features = compute_features(contract, {v.view_name: empty_history(v) for v in contract.feature_views}, moment,
+                                {"amount": raw["amount"]})
     row = {**{str(k): v for k, v in raw.items()}, **features, name: value}
     model = OnnxModel(platform.onnx_path)
     return {"inputs": [{"name": i.name, "shape": [1, 1],

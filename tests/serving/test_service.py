@@ -130,9 +130,10 @@ def _metric(served: Served, name: str, labels: dict[str, str]) -> float:
 def _graph_rows(platform: ServedPlatform, n: int) -> list[dict[str, Any]]:
     contract = platform.contract
     moment = platform.transactions[contract.timestamp_column].max()
-    features = compute_features(contract, {v.view_name: empty_history(v) for v in contract.feature_views}, moment)
     raw = platform.transactions.head(n)[contract.raw_inputs].to_dict(orient="records")
-    return [{**{str(k): v for k, v in r.items()}, **features} for r in raw]
+    empty = {v.view_name: empty_history(v) for v in contract.feature_views}
+    return [{**{str(k): v for k, v in r.items()}, **compute_features(contract, empty, moment, {"amount": r["amount"]})}
+            for r in raw]
 
 
 def test_a_standard_oip_client_reads_health_metadata_and_infers(served: Served) -> None:
