@@ -39,7 +39,8 @@ def _fetcher(settings: Settings) -> Callable[[pd.Series], object]:
 
     def fetch(row: pd.Series) -> object:
         entity = {k: str(row[k]) for k in keys}
-        return compute_features(contract, online.read(entity), row[contract.timestamp_column])
+        return compute_features(contract, online.read(entity), row[contract.timestamp_column],
+                                {str(k): v for k, v in row.items()})
 
     return fetch
 

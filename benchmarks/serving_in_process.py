@@ -73,7 +73,7 @@ async def _measure(settings: ServingSettings, requests: int) -> None:
     async with app.router.lifespan_context(app):
         model = app.state.service.manager.require().model
         row = {**RAW, **compute_features(contract, {v.view_name: empty_history(v) for v in contract.feature_views},
-                                         datetime.fromisoformat(MOMENT))}
+                                         datetime.fromisoformat(MOMENT), RAW)}
         infer = json.dumps({"id": "x", "inputs": [
             {"name": n, "shape": [1, 1], "datatype": "BYTES" if isinstance(row[n], str) else "FP32", "data": [row[n]]}
             for n in model.input_names]}).encode()

@@ -315,7 +315,7 @@ def main() -> None:
     contract = load_contract(settings.contract_path)
     model = OnnxModel(registry.download_version(settings, version, work / "model").onnx_path)
     features = compute_features(contract, {v.view_name: empty_history(v) for v in contract.feature_views},
-                                datetime.fromisoformat(MOMENT))
+                                datetime.fromisoformat(MOMENT), RAW)
     row = {**RAW, **features}
     infer_body = {"id": "__ID__", "inputs": [
         {"name": n, "shape": [1, 1], "datatype": "BYTES" if isinstance(row[n], str) else "FP32", "data": [row[n]]}

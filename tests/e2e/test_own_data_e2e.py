@@ -26,14 +26,14 @@ from pipelines.demo_replay import request_body
 from pipelines.steps.preprocess import time_split
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
-ROWS = 12_000
+ROWS = 20_000
 runner = CliRunner()
 
 
 @pytest.fixture
 def own(tmp_path: Path) -> Iterator[tuple[Settings, DataContract]]:
     with pytest.MonkeyPatch.context() as patch:
-        for key, value in {"MLOPS_HOME": str(tmp_path / "home"), "MLOPS_MAX_EPOCHS": "4",
+        for key, value in {"MLOPS_HOME": str(tmp_path / "home"), "MLOPS_MAX_EPOCHS": "8",
                            "MLOPS_CONTRACT_PATH": str(CONTRACTS_DIR / "terminals.yaml")}.items():
             patch.setenv(key, value)
         settings = Settings()

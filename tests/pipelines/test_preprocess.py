@@ -7,6 +7,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -141,9 +142,19 @@ def test_same_instant_transactions_train_and_keep_the_row_count(preprocessed: Pr
     twins = parts[parts[ID].str.endswith("-twin")].set_index(ID)
     originals = parts.set_index(ID).loc[twins.index.str.removesuffix("-twin")]
     assert len(twins) == 20
-    # Neither of two same-instant transactions sees the other: [t - w, t) excludes t.
+    # Neither of two same-instant transactions sees the other: [t - w, t) excludes t. A feature that
+    # compares the row's own amount (one more for the twin) sees the same window, so the same mean.
+    compared = {f.name: f for v in contract.feature_views for f in v.features if f.uses_current_value}
     for name in contract.feature_names:
-        assert (twins[name].to_numpy() == originals[name].to_numpy()).all(), name
+        if name not in compared:
+            assert (twins[name].to_numpy() == originals[name].to_numpy()).all(), name
+    for name, feature in compared.items():
+        assert feature.agg == "ratio_to_mean"  # the bundled contract's one such feature
+        seen = originals[name].to_numpy() != 1.0  # 1.0: an empty window (or one of zeros)
+        twin_means = twins["amount"].to_numpy()[seen] / twins[name].to_numpy()[seen]
+        original_means = originals["amount"].to_numpy()[seen] / originals[name].to_numpy()[seen]
+        assert seen.any()
+        np.testing.assert_allclose(twin_means, original_means, rtol=1e-9, err_msg=name)
 
 
 def test_preprocess_leaves_the_online_store_alone(preprocessed: Preprocessed, contract: DataContract) -> None:
