@@ -303,7 +303,8 @@ def test_novelty_features_read_a_key_like_column_the_request_carries() -> None:
     contract = validated(distinct, seen, gap)
     view = contract.feature_views[0]
     assert (view.text_columns, view.value_columns) == (["channel", "merchant_id"], ["amount"])
-    assert view.current_value_columns == ["channel", "merchant_id"]  # a distinct count needs no current value
+    # a distinct count needs no current value; amount is the bundled ratio feature's
+    assert view.current_value_columns == ["amount", "channel", "merchant_id"]
     assert view.history_horizon == timedelta(days=7)
     bounds = contract.feature_bounds
     assert (bounds["merchants_1d"], bounds["met_merchant_7d"], bounds["channel_gap_1h"]) == (

@@ -858,7 +858,7 @@ def test_a_stored_history_keeps_each_events_text_and_reads_an_older_one_as_missi
     with pytest.raises(ValueError, match="pass the event's texts"):
         append_event(view, empty_history(view), "c", 30, {"amount": 1.0})
     with pytest.raises(ValueError, match="compares the current value of 'channel'"):
-        compute_features(paired, {}, BASE)
+        compute_features(paired, {}, BASE, {"amount": 1.0})  # the amount given, the channel not
 
 
 @hypothesis_settings(max_examples=20, deadline=None)
