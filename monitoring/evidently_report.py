@@ -37,9 +37,12 @@ def reference_frame(profile: ReferenceProfile) -> pd.DataFrame:
 
 
 def _tests(report: DriftReport) -> list[tuple[str, str]]:
-    """(column, Evidently method) for every score of ours that Evidently computes the same way."""
+    """(column, Evidently method) for every score of ours that Evidently computes the same way, in the
+    order of the report's summary table (most severe first), so its sections follow the summary."""
+    from monitoring.drift_summary import by_severity
+
     tests: list[tuple[str, str]] = []
-    for feature in report.features:
+    for feature in by_severity(report.features):
         # Evidently sees the whole window: a periodic input judged over part of it is left out.
         if feature.rows == 0 or feature.psi is None or feature.rows != report.rows:
             continue

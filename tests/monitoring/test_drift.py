@@ -13,6 +13,7 @@ from mlops.errors import EmptyWindowError, SmallWindowError
 from mlops.reference_profile import DAY_S, ReferenceProfile, newest_whole_periods
 from monitoring import stats
 from monitoring.drift import CONFIDENT_SHARE, PROBABILITY, TOP_SCORE_SHARE, DriftReport, compute_drift
+from monitoring.drift_summary import by_severity
 from monitoring.evidently_report import evidently_scores, evidently_snapshot
 
 if TYPE_CHECKING:
@@ -56,6 +57,17 @@ def test_inflated_amounts_flag_only_the_amount_features(reference: ReferenceProf
     # The scoring rule reads the amount: the predictions drift with it (model drift before labels).
     assert report.feature(PROBABILITY).level != "INFO"
     _assert_matches_evidently(report, reference, window)
+
+
+def test_evidentlys_sections_follow_the_summarys_order(reference: ReferenceProfile, live: Traffic) -> None:
+    window = live("amount_inflation")
+    report = compute_drift(window, reference)
+    sections = [column for column, _ in evidently_scores(evidently_snapshot(report, reference, window))]
+    summary = [f.feature for f in by_severity(report.features)]
+    assert summary != [f.feature for f in report.features]  # the report's own order is another one
+    assert sections[0] == summary[0]
+    assert report.feature(summary[0]).level == "CRITICAL"
+    assert sorted(sections, key=summary.index) == sections  # a column's sections sit where the summary lists it
 
 
 def test_a_new_merchant_category_is_flagged_by_chi_squared(reference: ReferenceProfile, live: Traffic) -> None:
