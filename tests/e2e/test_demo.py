@@ -67,6 +67,14 @@ def test_demo_shows_the_model_at_work_and_stops_the_service(demo: tuple[Path, st
     assert printed <= {(f"{r.probability:.4f}", r.decision) for r in logged}
     assert "service stopped" in output
     assert "mlflow ui --port 5000 --backend-store-uri sqlite:///" in output
+    # The link opens the experiment's runs list, where the pipeline's run is named after its outcome.
+    experiment = registry.ensure_experiment(settings)
+    assert f"(then open http://127.0.0.1:5000/#/experiments/{experiment})" in " ".join(output.split())
+    runs = registry.client(settings).search_runs(
+        [experiment], filter_string=f"attributes.run_name = '{settings.pipeline_name} v1 promote'")
+    assert len(runs) == 1
+    assert runs[0].data.tags["decision"] == "promote"
+    assert {"test_f1", "test_pr_auc"} <= set(runs[0].data.metrics)
     assert "make serve" in output
     # The service is gone: nothing listens on its port any more.
     port = int(ready.group(1).rsplit(":", 1)[1])
