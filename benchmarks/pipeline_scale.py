@@ -126,7 +126,7 @@ def pipeline_mode(sizes: list[int], work: Path, env: dict[str, str], base: Path 
             run_env = dict(env, MLOPS_HOME=str(work / f"home-{rows}-{len(label)}"))
             if checkout is not None:  # the other checkout's code first on the path, this venv's libraries
                 run_env["PYTHONPATH"] = f"{checkout / 'platform'}:{checkout}"
-            wall, steps, peak = run_measured([PYTHON, "-m", "mlops_cli", "pipeline", "run", str(data),
+            wall, steps, peak = run_measured([PYTHON, "-m", "mlops_cli", "pipeline", "run", "--verbose", str(data),
                                               "--runner", "inline"], run_env)
             per_step = ", ".join(f"{name} {s:.0f} s / {kb / 1e6:.1f} GB" for name, (s, kb) in steps.items())
             print(f"| {rows:,} | {label} | {wall:.0f} s | {peak / 1e6:.2f} GB | {per_step} |", flush=True)

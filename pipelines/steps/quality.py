@@ -87,7 +87,7 @@ def slice_masks(test: pd.DataFrame, train: pd.DataFrame, contract: DataContract)
                 masks[f"{column}={category}"] = mask
     for entity in contract.entities:
         key = entity.join_key
-        unknown = (~test[key].isin(set(train[key]))).to_numpy()
+        unknown = (~test[key].isin(set(train[key].unique()))).to_numpy()
         if unknown.any():
             masks[f"unknown_{entity.name}"] = unknown
     return masks
