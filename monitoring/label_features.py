@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict
 
 from mlops.contract import DataContract
@@ -42,13 +44,15 @@ def uses_labels(contract: DataContract) -> bool:
 def logged_entity_keys(settings: Settings, ids: set[str]) -> dict[str, dict[str, str]]:
     """The entity keys the prediction log holds for each of ``ids`` (an id it never logged is absent)."""
     found: dict[str, dict[str, str]] = {}
+    wanted = pa.array(sorted(ids), pa.string())
     for table in window_tables(log_dir(settings), None, None):
-        columns = [c for c in table.column_names if c.startswith(_ENTITY)]
-        event_ids = table.column("event_id").to_pylist()
-        values = {c[len(_ENTITY):]: table.column(c).to_pylist() for c in columns}
-        for i, event_id in enumerate(event_ids):
-            if str(event_id) in ids:
-                found[str(event_id)] = {k: str(v[i]) for k, v in values.items() if v[i] is not None}
+        # Arrow picks the labelled rows; only those become Python values (the log may hold millions).
+        event_ids = pc.cast(table.column("event_id"), pa.string())
+        matched = table.filter(pc.is_in(event_ids, value_set=wanted))
+        columns = [c for c in matched.column_names if c.startswith(_ENTITY)]
+        values = {c[len(_ENTITY):]: matched.column(c).to_pylist() for c in columns}
+        for i, event_id in enumerate(pc.cast(matched.column("event_id"), pa.string()).to_pylist()):
+            found[str(event_id)] = {k: str(v[i]) for k, v in values.items() if v[i] is not None}
     return found
 
 
