@@ -158,6 +158,16 @@ def epoch_rows(positive: torch.Tensor, negative_sample_rate: float, seed: int, e
     return rows[torch.randperm(len(rows), generator=generator)]
 
 
+def sampled_negative_rate(configured: float, max_epoch_rows: int | None, positives: int, rows: int) -> float:
+    """The share of negatives each epoch draws: the configured rate, lowered where needed so that an
+    epoch holds about ``max_epoch_rows`` rows. Every positive is kept (they are rare and carry the
+    signal) and at least half the epoch is negatives; the loss weights undo the sampling."""
+    negatives = rows - positives
+    if max_epoch_rows is None or rows <= max_epoch_rows or negatives <= 0:
+        return configured
+    return min(configured, max(max_epoch_rows - positives, max_epoch_rows // 2) / negatives)
+
+
 def negative_weights(labels: torch.Tensor, negative_sample_rate: float) -> torch.Tensor | None:
     """Loss weight per row that undoes negative downsampling: 1/rate for a negative, 1 for a positive, so
     the sampled epoch's expected loss is the full data's (None when nothing is downsampled)."""

@@ -49,8 +49,10 @@ def log_training(run_id: str, params: TrainParams, result: TrainResult, *, finge
         "precision_used": result.precision,
         "epochs_run": str(len(result.history)),
         "stop_reason": result.stop_reason,
-        # Negative downsampling: each epoch's share of the negatives and the loss weight that undoes it.
-        "negative_loss_weight": str(1.0 / params.negative_sample_rate),
+        # Negative downsampling: each epoch's share of the negatives (the configured rate, or lower where
+        # max_epoch_rows caps an epoch) and the loss weight that undoes it.
+        "negative_sample_rate_used": str(result.negative_sample_rate),
+        "negative_loss_weight": str(1.0 / result.negative_sample_rate),
         "training_fingerprint": fingerprint,
         "train_git_commit": git_commit(),  # ingest records its own; the code may have moved since
         **{f"{name}_sha256": digest for name, digest in data_sha256.items()},

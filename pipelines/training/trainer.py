@@ -33,7 +33,14 @@ from mlops.model import TabularMLP, fit_vocabularies
 from mlops.settings import Settings
 from pipelines.steps.calibration import CalibrationReport, calibration_report, fit_platt
 from pipelines.training.checkpoint import CheckpointStore, PreemptionFlag, TrainingPreempted
-from pipelines.training.data import SplitArrays, epoch_rows, negative_weights, split_arrays, to_device
+from pipelines.training.data import (
+    SplitArrays,
+    epoch_rows,
+    negative_weights,
+    sampled_negative_rate,
+    split_arrays,
+    to_device,
+)
 from pipelines.training.distributed import Rank, any_rank, pick_device, shard, sum_over_ranks
 from pipelines.training.system_metrics import SystemMetrics, device_metrics
 from pipelines.training.trained_model import TrainedModel
@@ -63,6 +70,7 @@ class TrainParams(BaseModel):
     # Defaults here too: runs recorded before these settings existed still reproduce.
     negative_sample_rate: float = Field(default=1.0, gt=0, le=1)
     max_train_seconds: float | None = Field(default=None, gt=0)
+    max_epoch_rows: int | None = Field(default=None, ge=1)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TrainParams:
@@ -131,6 +139,7 @@ class TrainResult:
     stop_reason: str  # max_epochs, early_stopping or time_budget
     seconds: float
     rows_per_epoch: int
+    negative_sample_rate: float  # the share of negatives each epoch drew (max_epoch_rows may lower it)
 
     @property
     def best(self) -> EpochMetrics:
@@ -209,7 +218,9 @@ class _Trainer:
         self.v_num, self.v_cat, self.v_y = (to_device(a, device) for a in (val.numeric, val.categorical,
                                                                             val.labels))
         self.positive = torch.from_numpy(train.labels > 0.5)  # on the host: epoch_rows samples there
-        self.weights = negative_weights(self.y, params.negative_sample_rate)
+        self.negative_rate = sampled_negative_rate(params.negative_sample_rate, params.max_epoch_rows,
+                                                   int(self.positive.sum()), len(self.positive))
+        self.weights = negative_weights(self.y, self.negative_rate)
         self.model = TabularMLP.for_contract(contract, vocabs, params.hidden_sizes, params.dropout).to(device)
         self.model.fit_scaler(train.numeric)
         positives = float(train.labels.sum())
@@ -273,7 +284,7 @@ class _Trainer:
         log.info("resumed at epoch %d step %d", self.progress.epoch, self.progress.step_in_epoch)
 
     def _my_rows(self, epoch: int) -> torch.Tensor:
-        order = epoch_rows(self.positive, self.params.negative_sample_rate, self.params.seed, epoch)
+        order = epoch_rows(self.positive, self.negative_rate, self.params.seed, epoch)
         return shard(order, self.rank).to(self.rank.device, non_blocking=True)
 
     def _loss(self, logits: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -396,4 +407,5 @@ class _Trainer:
                            val_uncalibrated=calibration_report(labels, uncalibrated),
                            val_calibrated=calibration_report(labels, calibrated),
                            stop_reason=p.stop_reason,
-                           seconds=p.seconds, rows_per_epoch=p.rows_per_epoch)
+                           seconds=p.seconds, rows_per_epoch=p.rows_per_epoch,
+                           negative_sample_rate=self.negative_rate)

@@ -109,6 +109,9 @@ class Settings(BaseSettings):
                                         "training epoch draws (weighted by its inverse); 1 = all.")
     max_train_seconds: float | None = Field(default=None, gt=0, description="Wall-clock budget of training "
                                             "beside max_epochs; the best epoch so far is kept.")
+    max_epoch_rows: int = Field(default=2_000_000, ge=1_000, description="Rows one training epoch draws at "
+                                "most: above it each epoch keeps every positive and a fresh sample of the "
+                                "negatives (weighted by its inverse).")
     checkpoint_dir: str | None = Field(
         default=None, description="Local path or fsspec URL for training checkpoints; default under home."
     )

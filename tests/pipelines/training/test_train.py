@@ -206,6 +206,7 @@ def test_log_training_records_inputs_and_model(
     assert run.data.params["stop_reason"] == result.stop_reason
     assert run.data.params["train.negative_sample_rate"] == "1.0"
     assert run.data.params["negative_loss_weight"] == "1.0"
+    assert run.data.params["negative_sample_rate_used"] == "1.0"
     assert run.data.metrics["train_rows_per_epoch"] == result.rows_per_epoch
     history = client.get_metric_history(run_id, "val_pr_auc")
     assert [m.step for m in history] == [m.epoch for m in result.history]
@@ -261,6 +262,24 @@ def test_negative_downsampling_trains_on_every_fraud_and_a_share_of_the_rest(
     val = splits[1]
     assert roc_auc_score(val[contract.label_column], _scores(downsampled, val, contract)) > 0.8
     assert downsampled.val_calibrated.ece < downsampled.val_uncalibrated.ece
+
+
+def test_epoch_row_cap_keeps_every_positive_and_samples_the_negatives_down_to_it(
+    splits: Splits, contract: DataContract
+) -> None:
+    labels = splits[0][contract.label_column]
+    positives, negatives = int(labels.sum()), int((labels == 0).sum())
+    cap = (positives + negatives) // 3
+    params = PARAMS.model_copy(update={"max_epoch_rows": cap, "max_epochs": 4, "patience": 4})
+    result = train_model(splits[0], splits[1], contract, params)
+    assert result.negative_sample_rate == pytest.approx((cap - positives) / negatives)
+    sampled = result.rows_per_epoch - positives
+    rate = result.negative_sample_rate
+    assert abs(sampled - rate * negatives) <= 5 * (negatives * rate * (1 - rate)) ** 0.5
+    val = splits[1]
+    assert roc_auc_score(val[contract.label_column], _scores(result, val, contract)) > 0.8
+    uncapped = PARAMS.model_copy(update={"max_epoch_rows": positives + negatives, "max_epochs": 1})
+    assert train_model(splits[0], splits[1], contract, uncapped).rows_per_epoch == positives + negatives
 
 
 def test_time_budget_stops_training_and_keeps_a_calibrated_model(splits: Splits, contract: DataContract) -> None:

@@ -15,7 +15,14 @@ from hypothesis import strategies as st
 from mlops.contract import DataContract
 from mlops.errors import InputError, TrainingError
 from mlops.model import encode, fit_vocabularies
-from pipelines.training.data import epoch_rows, frame_arrays, input_columns, negative_weights, read_split
+from pipelines.training.data import (
+    epoch_rows,
+    frame_arrays,
+    input_columns,
+    negative_weights,
+    read_split,
+    sampled_negative_rate,
+)
 
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 
@@ -116,6 +123,28 @@ def test_epoch_rows_keep_every_fraud_and_a_reproducible_share_of_negatives(
         assert sampled == negatives
     # Binomial(negatives, rate): five standard deviations (plus one row) hold for every draw.
     assert abs(sampled - rate * negatives) <= 5 * (negatives * rate * (1 - rate)) ** 0.5 + 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.integers(1, 10**8), positive_share=st.floats(0.0, 1.0), configured=st.floats(0.01, 1.0),
+       cap=st.one_of(st.none(), st.integers(1_000, 10**7)))
+def test_epoch_row_cap_lowers_the_negative_share_only_where_an_epoch_would_exceed_it(
+    rows: int, positive_share: float, configured: float, cap: int | None
+) -> None:
+    positives = int(rows * positive_share)
+    negatives = rows - positives
+    rate = sampled_negative_rate(configured, cap, positives, rows)
+    assert 0 < rate <= configured
+    if cap is None or rows <= cap or negatives == 0:
+        assert rate == configured
+        return
+    expected_rows = positives + rate * negatives
+    # An epoch holds about the cap, never fewer than half of it as negatives, and never more rows than
+    # the configured rate alone would draw.
+    assert expected_rows <= max(cap, positives + cap // 2) + 1e-6
+    assert rate * negatives >= min(configured * negatives, cap // 2) - 1e-6
+    if positives <= cap // 2 and configured * negatives + positives > cap:
+        assert expected_rows == pytest.approx(cap)
 
 
 def test_each_epoch_draws_other_negatives() -> None:
