@@ -219,7 +219,8 @@ def evaluate_task(context: StepContext, *, train: Path, test: Path, model: Path,
         (eval_dir / "report.json").write_text(report.model_dump_json(indent=2))
         (eval_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))  # DVC's metrics
         # The drift jobs' reference, stored with the run (and so with the version it registers).
-        mlflow.log_dict(build_profile(frame, contract, candidate.predict_proba(frame)).model_dump(), PROFILE_ARTIFACT)
+        profile = build_profile(frame, contract, candidate.predict_proba(frame), candidate.threshold)
+        mlflow.log_dict(profile.model_dump(), PROFILE_ARTIFACT)
         mlflow.log_artifacts(str(eval_dir), "evaluation")
         version = registry.register_version(settings, model_uri, run_id, promotion_tags(report))
         registry.describe_version(settings, version, render_model_card(report, model_name=settings.model_name,

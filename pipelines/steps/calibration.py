@@ -1,4 +1,5 @@
-"""Probability calibration: Platt scaling fitted on validation, and the measures that judge it.
+"""Probability calibration: Platt scaling fitted on validation, and the reliability diagram (the
+measures that judge it are the core's, mlops.calibration).
 
 Training weights positives up (class weights), so raw sigmoid scores overstate the positive rate. A
 two-parameter logistic fit on the validation logits maps them back; the model applies it inside
@@ -11,29 +12,11 @@ import logging
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 from sklearn.linear_model import LogisticRegression
 
-_BINS = 10
+from mlops.calibration import CalibrationReport
+
 log = logging.getLogger(__name__)
-
-
-class ReliabilityBin(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    lower: float
-    upper: float
-    count: int
-    mean_predicted: float
-    observed_rate: float
-
-
-class CalibrationReport(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    brier: float
-    ece: float
-    bins: list[ReliabilityBin]
 
 
 def fit_platt(logits: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
@@ -64,28 +47,6 @@ def _bias_only(logits: np.ndarray, labels: np.ndarray) -> float:
         else:
             high = middle
     return (low + high) / 2
-
-
-def calibration_report(labels: np.ndarray, proba: np.ndarray, bins: int = _BINS) -> CalibrationReport:
-    """Brier score, expected calibration error and the reliability curve over equal-width bins."""
-    labels = labels.astype(np.float64)
-    proba = proba.astype(np.float64)
-    edges = np.linspace(0.0, 1.0, bins + 1)
-    which = np.clip(np.digitize(proba, edges[1:-1], right=True), 0, bins - 1)
-    rows: list[ReliabilityBin] = []
-    ece = 0.0
-    for b in range(bins):
-        members = which == b
-        count = int(members.sum())
-        if count == 0:
-            continue
-        mean_predicted = float(proba[members].mean())
-        observed = float(labels[members].mean())
-        ece += count / len(proba) * abs(mean_predicted - observed)
-        rows.append(ReliabilityBin(lower=float(edges[b]), upper=float(edges[b + 1]), count=count,
-                                   mean_predicted=mean_predicted, observed_rate=observed))
-    brier = float(np.mean((proba - labels) ** 2)) if len(proba) else float("nan")
-    return CalibrationReport(brier=brier, ece=float(ece), bins=rows)
 
 
 def plot_reliability(report: CalibrationReport, path: Path, title: str, *, threshold: float | None = None) -> None:

@@ -20,9 +20,10 @@ from sklearn.metrics import (
     roc_auc_score,
 )
 
+from mlops.calibration import CalibrationReport, calibration_report
 from mlops.contract import DataContract
 from mlops.inference import OnnxModel
-from pipelines.steps.calibration import CalibrationReport, calibration_report, plot_reliability
+from pipelines.steps.calibration import plot_reliability
 from pipelines.steps.promotion import Decision, PromotionEvidence, PromotionRule, decide
 from pipelines.steps.quality import (
     BehaviourReport,

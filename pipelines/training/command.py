@@ -19,11 +19,11 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from mlops import registry
+from mlops.calibration import calibration_report
 from mlops.contract import load_contract
 from mlops.errors import InputError, NotFoundError, TrainingError
 from mlops.inference import OnnxModel
 from mlops.settings import Settings
-from pipelines.steps.calibration import calibration_report
 from pipelines.steps.evaluate import compute_metrics
 from pipelines.training.entry import file_sha256, run_training
 from pipelines.training.export import export_step

@@ -19,11 +19,11 @@ import onnx
 import pandas as pd
 import torch
 
+from mlops.calibration import CalibrationReport, calibration_report
 from mlops.contract import DataContract
 from mlops.model import encode
 from mlops.onnx_export import check_parity, export_onnx
 from mlops.registry import ONNX_FILE
-from pipelines.steps.calibration import CalibrationReport, calibration_report
 from pipelines.training.trained_model import MODEL_FILE, TrainedModel, load_trained, onnx_metadata
 
 if TYPE_CHECKING:

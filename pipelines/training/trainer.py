@@ -27,11 +27,12 @@ import torch.nn.functional as F  # noqa: N812  (the name torch's own documentati
 from pydantic import BaseModel, ConfigDict, Field
 from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score
 
+from mlops.calibration import CalibrationReport, calibration_report
 from mlops.contract import DataContract
 from mlops.errors import TrainingError
 from mlops.model import TabularMLP, fit_vocabularies
 from mlops.settings import Settings
-from pipelines.steps.calibration import CalibrationReport, calibration_report, fit_platt
+from pipelines.steps.calibration import fit_platt
 from pipelines.training.checkpoint import CheckpointStore, PreemptionFlag, TrainingPreempted
 from pipelines.training.data import (
     SplitArrays,

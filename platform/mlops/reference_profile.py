@@ -5,7 +5,8 @@ Per numeric input: quantile bin edges and bin counts (PSI), plus the values them
 sample of at most ``MAX_SAMPLE``) for the Kolmogorov-Smirnov test; a numeric input with at most
 ``DISCRETE_MAX_VALUES`` distinct values (counts, flags) keeps per-value counts instead, as Evidently
 bins such columns by value. Per categorical input: category counts. And the model's predicted
-probabilities (profiled like a numeric input) with the share of confident predictions.
+probabilities (profiled like a numeric input) with the share of confident predictions, and the
+version's decision threshold (the estimated quality's reference is computed from both).
 
 A periodic input (the time features: hour of day, day of week) is profiled over the newest whole
 periods the reference spans, and judged only over windows that cover a whole period (see
@@ -68,6 +69,8 @@ class ReferenceProfile(_Strict):
     probability: NumericProfile
     confidence_cutoff: float
     confident_share: float
+    # The version's decision threshold, for the estimated quality's reference; None in older profiles.
+    threshold: float | None = None
 
 
 def bin_counts(edges: list[float] | np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -129,8 +132,9 @@ def profile_categorical(values: pd.Series) -> CategoricalProfile:
                               counts={str(k): int(v) for k, v in counts.items()})
 
 
-def build_profile(frame: pd.DataFrame, contract: DataContract, probabilities: np.ndarray) -> ReferenceProfile:
-    """Profile of ``frame`` (raw inputs and computed features) and the model's probabilities on it."""
+def build_profile(frame: pd.DataFrame, contract: DataContract, probabilities: np.ndarray,
+                  threshold: float | None = None) -> ReferenceProfile:
+    """Profile of ``frame`` (raw inputs and computed features), the model's probabilities on it and its threshold."""
     probabilities = np.asarray(probabilities, dtype="float64")
     return ReferenceProfile(
         contract=contract.name,
@@ -142,6 +146,7 @@ def build_profile(frame: pd.DataFrame, contract: DataContract, probabilities: np
         probability=profile_numeric(probabilities),
         confidence_cutoff=CONFIDENCE_CUTOFF,
         confident_share=confident_share(probabilities),
+        threshold=threshold,
     )
 
 

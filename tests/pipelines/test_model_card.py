@@ -6,8 +6,8 @@ import re
 
 from mlflow.entities import Param, Run, RunData, RunInfo, RunTag
 
+from mlops.calibration import CalibrationReport
 from pipelines.model_card import render_model_card
-from pipelines.steps.calibration import CalibrationReport
 from pipelines.steps.evaluate import EvaluationReport, Metrics
 from pipelines.steps.promotion import PromotionEvidence
 from pipelines.steps.quality import BehaviourReport, DirectionalResult, SliceMetrics

@@ -8,9 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from mlops.calibration import calibration_report
 from mlops.contract import Behaviour, DataContract, DirectionalTest
 from mlops.inference import OnnxModel
-from pipelines.steps.calibration import calibration_report, fit_platt
+from pipelines.steps.calibration import fit_platt
 from pipelines.steps.evaluate import QualityGates, apply_gates, evaluate
 from pipelines.steps.quality import (
     SliceMetrics,
