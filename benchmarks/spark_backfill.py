@@ -27,7 +27,7 @@ import pandas as pd
 import psutil
 
 from mlops.contract import DataContract, load_contract
-from mlops.settings import BUNDLED_CONTRACT
+from mlops.settings import BUNDLED_CONTRACT, Settings
 
 HOT_MERCHANT = "M_HOT"
 
@@ -97,14 +97,14 @@ def _timed(label: str, work: Callable[[], object]) -> tuple[float, int]:
 def _embedded_backfill(source: Path, out: Path, contract: DataContract) -> str:
     """The embedded engine's features of ``source`` written to ``out``; returns its name."""
     try:
-        from mlops.backfill.duckdb_engine import backfill_duckdb  # type: ignore[import-not-found,unused-ignore]
+        from mlops.backfill.engines import DuckDBEngine  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         from mlops.feature_replay import replay_features
 
         frame = pd.read_parquet(source)
         pd.concat([frame, replay_features(frame, contract)], axis=1).to_parquet(out, index=False)
         return "per-event replay"
-    backfill_duckdb(source, out, contract)
+    DuckDBEngine(Settings()).backfill(source, out, contract)
     return "DuckDB"
 
 
@@ -124,7 +124,8 @@ def main() -> None:
 
     from pyspark.sql import SparkSession
 
-    from mlops.backfill.spark_engine import PROBABILITY, backfill_spark, load_onnx, score_spark
+    from mlops.backfill.interface import PROBABILITY
+    from mlops.backfill.spark_engine import backfill_spark, load_onnx, score_spark
     from mlops.data.generator import generate_transactions
 
     contract = load_contract(BUNDLED_CONTRACT)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from feature_repo.config import REPO_PATH, store_config
+from mlops.backfill import engine_for
 from mlops.contract import DataContract
 from mlops.errors import ConfigError
 from mlops.feature_store import backfill_offline, require_offline
@@ -61,7 +62,7 @@ def materialize_online(settings: Settings, contract: DataContract, end: datetime
     """`mlops features materialize`: merge the offline histories as of ``end`` into the online store."""
     offline = require_offline(settings)
     store = open_store(settings)
-    return OnlineFeatures(FeastOnlineRows(store), contract).materialize(store, end, offline)
+    return OnlineFeatures(FeastOnlineRows(store), contract).materialize(store, end, offline, engine_for(settings))
 
 
 def open_feast_online(settings: Settings, contract: DataContract) -> OnlineFeatures:

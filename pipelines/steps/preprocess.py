@@ -52,13 +52,13 @@ def time_split(frame: pd.DataFrame, contract: DataContract) -> dict[str, pd.Data
     return parts
 
 
-def split_file(source: Path, contract: DataContract, out_dir: Path) -> list[SplitSummary]:
+def split_file(source: Path, contract: DataContract, out_dir: Path, memory_limit: str) -> list[SplitSummary]:
     """:func:`time_split` of a Parquet table into ``<split>.parquet`` files, without loading it."""
     row_id, label = quoted(contract.id_column), quoted(contract.label_column)
     rows = f"({timed_rows(contract, parquet_scan(source))})"
     out_dir.mkdir(parents=True, exist_ok=True)
     summaries = []
-    with connection(out_dir / ".split.spill") as con:
+    with connection(out_dir / ".split.spill", memory_limit) as con:
         [(n,)] = con.sql(f"SELECT count(*) FROM {rows}").fetchall()
         sizes = split_sizes(n, contract)
         # The (time, id) of each split's last row: a sort of two columns, then one filter per split.
@@ -108,4 +108,4 @@ def preprocess(snapshot_path: Path, contract: DataContract, settings: Settings,
                out_dir: Path) -> list[SplitSummary]:
     """Write train/validation/test Parquet files (raw columns + features + label) into out_dir."""
     publish_features(snapshot_path, contract, settings)
-    return split_file(offline_features_path(settings), contract, out_dir)
+    return split_file(offline_features_path(settings), contract, out_dir, settings.duckdb_memory_limit)

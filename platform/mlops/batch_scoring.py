@@ -3,7 +3,8 @@ version's probability and its decision, the way the service decides.
 
 Columnar and streamed: the features are backfilled to a Parquet file, then scored a record batch
 at a time with ONNX Runtime (no torch) and appended to the output, so memory is bounded by a batch.
-With ``feature_engine=spark`` both the backfill and the scoring run on Spark.
+The settings' feature engine (:mod:`mlops.backfill.interface`) runs both the backfill and the
+scoring pass; DuckDB scores in this process, Spark on the cluster.
 """
 
 from __future__ import annotations
@@ -17,18 +18,17 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from mlops.backfill import backfill_features, spark_module
+from mlops.backfill import engine_for
+from mlops.backfill.interface import PROBABILITY, Scored
 from mlops.contract import DataContract
 from mlops.registry import ServedModel, download_serving_model, download_version
 from mlops.settings import Settings
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
-    from mlops.inference import OnnxModel
+    pass
 
 BATCH_ROWS = 65_536
-PROBABILITY, DECISION, MODEL_VERSION = "probability", "decision", "model_version"
+DECISION, MODEL_VERSION = "decision", "model_version"
 
 Progress = Callable[[int, int], None]  # (rows scored so far, rows in all)
 
@@ -53,21 +53,17 @@ def score_file(source: Path, out: Path, contract: DataContract, settings: Settin
     from mlops.inference import OnnxModel
 
     started = time.perf_counter()
+    engine = engine_for(settings)
     work = Path(tempfile.mkdtemp(prefix="predict-", dir=_scratch(settings)))
     try:
         served = _model(settings, work / "model", version)
         model = OnnxModel(served.onnx_path)
         features = work / "features.parquet"
-        backfill_features(source, features, contract, settings)
+        engine.backfill(source, features, contract)
         staged = out.with_name(f".{out.name}.partial")
         out.parent.mkdir(parents=True, exist_ok=True)
-        if settings.feature_engine == "spark":
-            spark_out = work / "scored.parquet"
-            spark_module().score_spark(features, served.onnx_path.read_bytes(), spark_out, contract)
-            rows, positives = _write_decided(spark_out, _scored_by_spark, staged, model.threshold, served.version,
-                                             contract, progress)
-        else:
-            rows, positives = _score_batches(model, features, staged, served.version, contract, progress)
+        scored = engine.score(features, model, work, contract)
+        rows, positives = _write_decided(scored, staged, model.threshold, served.version, contract, progress)
         staged.replace(out)  # never a half-written output under the asked name
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -85,45 +81,22 @@ def _model(settings: Settings, dest: Path, version: str | None) -> ServedModel:
     return download_serving_model(settings, dest) if version is None else download_version(settings, version, dest)
 
 
-def _score_batches(model: OnnxModel, features: Path, out: Path, version: str, contract: DataContract,
+def _write_decided(scored: Scored, out: Path, threshold: float, version: str, contract: DataContract,
                    progress: Progress | None) -> tuple[int, int]:
-    """Probability (float64 of the graph's float32, as the service answers), decision and version,
-    per record batch of the backfill."""
-    import numpy as np
-    import pyarrow as pa
-
-    def scored(batch: pa.RecordBatch) -> pa.Table:
-        columns = {name: batch.column(name).to_numpy(zero_copy_only=False) for name in model.input_names
-                   if name in batch.schema.names}
-        probability = model.predict_columns(columns).astype(np.float64)
-        return pa.Table.from_batches([batch]).append_column(PROBABILITY, pa.array(probability))
-
-    return _write_decided(features, scored, out, model.threshold, version, contract, progress)
-
-
-def _scored_by_spark(batch: pa.RecordBatch) -> pa.Table:
-    """A batch of Spark's output: its probability column is there already."""
-    import pyarrow as pa
-
-    return pa.Table.from_batches([batch])
-
-
-def _write_decided(source: Path, scored: Callable[[pa.RecordBatch], pa.Table], out: Path, threshold: float,
-                   version: str, contract: DataContract, progress: Progress | None) -> tuple[int, int]:
-    """``scored`` of each record batch of ``source`` (a Parquet file or folder) with its decisions
-    (the contract's rule, as the service decides) and ``version``, into ``out``."""
+    """Each record batch of the scoring pass with its decisions (the contract's rule, as the service
+    decides) and ``version``, into ``out``."""
     import pyarrow as pa
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
 
-    dataset = ds.dataset(source, format="parquet")
+    dataset = ds.dataset(scored.source, format="parquet")
     total = dataset.count_rows()
     done = positives = 0
     writer: pq.ParquetWriter | None = None
     try:
         for batch in dataset.to_batches(batch_size=BATCH_ROWS):
-            table = scored(batch)
+            table = scored.with_probability(batch)
             decisions = [contract.decisions.of(p, threshold) for p in table.column(PROBABILITY).to_pylist()]
             table = table.append_column(DECISION, pa.array(decisions, pa.string()))
             table = table.append_column(MODEL_VERSION, pa.array([version] * table.num_rows, pa.string()))

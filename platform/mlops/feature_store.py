@@ -73,7 +73,7 @@ def offline_features(settings: Settings, contract: DataContract, rows: pd.DataFr
     if missing:
         raise InputError(f"the rows have no column(s) {', '.join(missing)}", field=missing[0])
     queries = rows[asked].assign(__query=range(len(rows)))
-    with connection(settings.feast_dir / ".query.spill") as con:
+    with connection(settings.feast_dir / ".query.spill", settings.duckdb_memory_limit) as con:
         con.register("queries", queries)
         answer = con.sql(features_at(contract, parquet_scan(path), "queries") + " ORDER BY __query").df()
     features = answer[contract.feature_names].astype("float64").set_axis(rows.index)
@@ -86,7 +86,7 @@ def offline_end(settings: Settings, contract: DataContract) -> pd.Timestamp | No
     import pandas as pd
 
     path = require_offline(settings)
-    with connection(settings.feast_dir / ".query.spill") as con:
+    with connection(settings.feast_dir / ".query.spill", settings.duckdb_memory_limit) as con:
         [(newest,)] = con.sql(f"SELECT max(epoch_us(CAST({quoted(contract.timestamp_column)} AS TIMESTAMPTZ))) "
                               f"FROM {parquet_scan(path)}").fetchall()
     return None if newest is None else pd.Timestamp(newest, unit="us", tz="UTC")

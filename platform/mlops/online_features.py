@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
     from feast import FeatureStore
 
+    from mlops.backfill.interface import FeatureEngine
+
 
 _LOCK_STRIPES = 256
 _MATERIALIZE_BATCH = 500
@@ -205,23 +207,21 @@ class OnlineFeatures:
     def close(self) -> None:
         self.rows.close()
 
-    def materialize(self, store: FeatureStore, end: datetime, offline: Path) -> dict[str, int]:
+    def materialize(self, store: FeatureStore, end: datetime, offline: Path, engine: FeatureEngine) -> dict[str, int]:
         """Merge each entity's history as of ``end`` from the offline table into the online store.
 
         Incremental: only entities with an event after the view's last materialized end are read,
-        and the interval is recorded in ``store``'s registry. Streams: DuckDB computes each
-        entity's kept events (:func:`mlops.backfill.latest_state.latest_histories`) and they are
-        merged and written a batch of entities at a time. Returns the entities written per view.
+        and the interval is recorded in ``store``'s registry. Streams: ``engine`` computes each
+        entity's kept events (:meth:`mlops.backfill.interface.FeatureEngine.latest_histories`) and
+        they are merged and written a batch of entities at a time. Returns the entities written per view.
         """
-        from mlops.backfill.latest_state import latest_histories
-
         written: dict[str, int] = {}
         for name, view in self._views.items():
             feature_view = store.get_feature_view(name)
             start = feature_view.most_recent_end_time
             count = 0
             with _store_call("offline read"):
-                batches = latest_histories(offline, self.contract, view, end, start, batch=_MATERIALIZE_BATCH)
+                batches = engine.latest_histories(offline, self.contract, view, end, start, batch=_MATERIALIZE_BATCH)
                 for batch in batches:
                     self._merge_histories(view, batch)
                     count += len(batch)

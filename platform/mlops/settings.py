@@ -136,8 +136,12 @@ class Settings(BaseSettings):
     online_store: Literal["sqlite", "redis"] = Field(
         default="sqlite", description="Feast's online store: embedded SQLite under home, or Redis at redis_url.")
     redis_url: SecretStr | None = Field(default=None, description="redis://[:password@]host:port/db")
-    feature_engine: Literal["duckdb", "spark"] = Field(
-        default="duckdb", description="Feature backfill and batch scoring: embedded DuckDB, or Apache Spark.")
+    feature_engine: str = Field(
+        default="duckdb", description="The feature engine (backfill, latest state, batch scoring) by its registered "
+        "name: duckdb (embedded) or spark (Apache Spark); see mlops.backfill.interface.")
+    duckdb_memory_limit: str = Field(
+        default="2GB", description="DuckDB's memory bound in every "
+        "columnar job (backfill, split, latest state, offline queries); sorts and windows spill beyond it.")
     tracking_http_retries: int = Field(
         default=2, ge=0, le=10, description="Retries of each MLflow HTTP call, 1 s then 2 s apart (MLflow's "
         "default, 7 with backoff, takes about 4 minutes to report a dead tracking server).")

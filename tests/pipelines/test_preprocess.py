@@ -171,7 +171,7 @@ def test_splitting_a_file_equals_splitting_the_frame(contract: DataContract, tmp
     frame = generate_transactions(n_rows, seed=3)
     frame[TS] = frame[TS].dt.floor("6h")  # many same-instant rows: the order between them is by id
     frame.sample(frac=1.0, random_state=2).to_parquet(tmp_path / "table.parquet", index=False)
-    summaries = split_file(tmp_path / "table.parquet", contract, tmp_path / "splits")
+    summaries = split_file(tmp_path / "table.parquet", contract, tmp_path / "splits", Settings().duckdb_memory_limit)
     for summary, (name, expected) in zip(summaries, time_split(frame, contract).items(), strict=True):
         got = pd.read_parquet(tmp_path / "splits" / f"{name}.parquet")
         pd.testing.assert_frame_equal(got, expected)

@@ -20,8 +20,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from feature_repo.store import FeastOnlineRows, publish_features
-from mlops.backfill.duckdb_engine import backfill_duckdb
-from mlops.backfill.latest_state import latest_histories
+from mlops.backfill.engines import DuckDBEngine
 from mlops.contract import DataContract, FeatureSpec, FeatureViewSpec
 from mlops.errors import InputError
 from mlops.feature_replay import replay_features
@@ -42,6 +41,7 @@ from mlops.online_features import OnlineEvent, OnlineFeatures
 from mlops.settings import Settings
 
 BASE = datetime(2026, 3, 2, 22, 0, tzinfo=UTC)
+DUCKDB = DuckDBEngine(Settings())
 TS = "event_timestamp"
 AMOUNT = {"amount": 12.5}  # the event's own value, for features that compare it with the window
 # Half-hour steps hit the 1 h and 24 h window edges exactly; few steps make same-instant ties.
@@ -178,7 +178,7 @@ def backfilled(frame: pd.DataFrame, contract: DataContract, folder: Path) -> pd.
     """Each row's features from the DuckDB backfill of ``frame``, indexed like ``frame``."""
     source, out = folder / "raw.parquet", folder / "features.parquet"
     frame.to_parquet(source, index=False)
-    backfill_duckdb(source, out, contract)
+    DUCKDB.backfill(source, out, contract)
     table = pd.read_parquet(out)
     assert sorted(table["transaction_id"]) == sorted(frame["transaction_id"])
     assert (table[contract.feature_names].dtypes == "float64").all()
@@ -200,13 +200,13 @@ def test_backfill_equals_brute_force_and_the_per_event_online_computation(
 def test_backfill_keeps_every_input_column_and_names_a_missing_one(contract: DataContract, tmp_path: Path) -> None:
     frame = stream_frame(EDGE_STREAM).assign(channel="pos")
     frame.to_parquet(tmp_path / "raw.parquet", index=False)
-    backfill_duckdb(tmp_path / "raw.parquet", tmp_path / "out.parquet", contract)
+    DUCKDB.backfill(tmp_path / "raw.parquet", tmp_path / "out.parquet", contract)
     table = pd.read_parquet(tmp_path / "out.parquet")
     assert list(table.columns) == [*frame.columns, *contract.feature_names]
     assert (table[contract.feature_names].dtypes == "float64").all()
     frame.drop(columns="amount").to_parquet(tmp_path / "no_amount.parquet", index=False)
     with pytest.raises(InputError, match="no column\\(s\\) amount"):
-        backfill_duckdb(tmp_path / "no_amount.parquet", tmp_path / "never.parquet", contract)
+        DUCKDB.backfill(tmp_path / "no_amount.parquet", tmp_path / "never.parquet", contract)
 
 
 # One stream that sits on every edge (a deterministic, fast counterpart of the hypothesis tests, for
@@ -322,12 +322,12 @@ def test_newest_state_per_entity_is_the_write_through_history(
             history = expected.get(row[key], empty_history(view))
             expected[row[key]] = append_event(view, history, row["transaction_id"], to_micros(row[TS]),
                                               {"amount": float(row["amount"])}) or history
-        batches = list(latest_histories(folder / "offline.parquet", contract, view, end.to_pydatetime(), None,
+        batches = list(DUCKDB.latest_histories(folder / "offline.parquet", contract, view, end.to_pydatetime(), None,
                                         batch=2))
         assert all(len(b) <= 2 for b in batches)
         assert dict(pair for b in batches for pair in b) == expected
         later = frame[TS][frame[TS] <= end].max() - timedelta(microseconds=1)
-        touched = {e for b in latest_histories(folder / "offline.parquet", contract, view, end.to_pydatetime(),
+        touched = {e for b in DUCKDB.latest_histories(folder / "offline.parquet", contract, view, end.to_pydatetime(),
                                                later.to_pydatetime(), batch=100) for e, _ in b}
         assert touched == set(frame[(frame[TS] > later) & (frame[TS] <= end)][key])
 
@@ -881,7 +881,7 @@ def test_integer_keys_compare_as_their_digits(tmp_path_factory: pytest.TempPathF
                            "TX_AMOUNT": 5.0, "TX_FRAUD": 0} for i, (c, t, offset) in enumerate(events)])
     folder = tmp_path_factory.mktemp("terminals")
     frame.to_parquet(folder / "raw.parquet", index=False)
-    backfill_duckdb(folder / "raw.parquet", folder / "out.parquet", terminals)
+    DUCKDB.backfill(folder / "raw.parquet", folder / "out.parquet", terminals)
     got = pd.read_parquet(folder / "out.parquet").set_index("TRANSACTION_ID").loc[frame["TRANSACTION_ID"]]
     names = ["customer_terminals_1d", "customer_met_terminal_7d", "customer_terminal_gap_1d"]
     replayed = replay_features(frame.astype({"TERMINAL_ID": "float64"}), terminals)  # 7.0 is terminal 7 too
@@ -913,6 +913,6 @@ def test_newest_state_keeps_the_texts_the_write_through_keeps(
                                               {"amount": float(row["amount"])},
                                               texts={c: canonical_text(row[c], "string")
                                                      for c in view.text_columns}) or history
-        got = dict(pair for b in latest_histories(folder / "offline.parquet", paired, view, end.to_pydatetime(),
+        got = dict(pair for b in DUCKDB.latest_histories(folder / "offline.parquet", paired, view, end.to_pydatetime(),
                                                   None, batch=2) for pair in b)
         assert got == expected

@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 
 from benchmarks.spark_backfill import seeded_model_onnx, with_hot_merchant
 from mlops.backfill import backfill_features
-from mlops.backfill.duckdb_engine import backfill_duckdb
-from mlops.backfill.spark_engine import PROBABILITY, backfill_frame, backfill_spark, score_spark
+from mlops.backfill.engines import DuckDBEngine
+from mlops.backfill.interface import PROBABILITY
+from mlops.backfill.spark_engine import backfill_frame, backfill_spark, score_spark
 from mlops.backfill.spark_job import main as spark_job
 from mlops.contract import DataContract
 from mlops.data.generator import generate_transactions
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 BASE = datetime(2026, 3, 1, 22, 0, tzinfo=UTC)
+DUCKDB = DuckDBEngine(Settings())
 _MICRO = timedelta(microseconds=1)
 _EDGES = [timedelta(hours=1), timedelta(hours=24), timedelta(days=7), timedelta(days=30)]
 # Half-hour and whole-day steps make same-instant ties and land on every window's edge; the edges
@@ -107,7 +109,7 @@ def test_spark_label_features_equal_duckdb_on_streams_with_ties_and_edges(
     assert max_feature_difference(got, frame, labelled) <= 1e-9
     folder = tmp_path_factory.mktemp("spark-labels")
     frame.to_parquet(folder / "raw.parquet", index=False)
-    backfill_duckdb(folder / "raw.parquet", folder / "duckdb.parquet", labelled)
+    DUCKDB.backfill(folder / "raw.parquet", folder / "duckdb.parquet", labelled)
     duck = pd.read_parquet(folder / "duckdb.parquet").set_index("transaction_id").loc[got["transaction_id"]]
     difference = np.abs(got[labelled.feature_names].to_numpy() - duck[labelled.feature_names].to_numpy())
     assert float(difference.max()) <= 1e-9
@@ -264,7 +266,7 @@ def test_spark_current_value_features_equal_duckdb_on_streams_with_ties_and_edge
     got = backfill_frame(spark.createDataFrame(frame), scored).toPandas().set_index("transaction_id")
     folder = tmp_path_factory.mktemp("spark-current")
     frame.to_parquet(folder / "raw.parquet", index=False)
-    backfill_duckdb(folder / "raw.parquet", folder / "duckdb.parquet", scored)
+    DUCKDB.backfill(folder / "raw.parquet", folder / "duckdb.parquet", scored)
     duck = pd.read_parquet(folder / "duckdb.parquet").set_index("transaction_id").loc[got.index]
     replay = replay_features(frame, scored).set_axis(frame["transaction_id"]).loc[got.index]
     scores = np.array(["ratio" in n or "zscore" in n for n in scored.feature_names])
@@ -307,7 +309,7 @@ def test_spark_novelty_and_variety_equal_duckdb_on_streams_with_ties_and_edges(
     assert max_feature_difference(got, frame, paired) <= 1e-9
     folder = tmp_path_factory.mktemp("spark-texts")
     frame.to_parquet(folder / "raw.parquet", index=False)
-    backfill_duckdb(folder / "raw.parquet", folder / "duckdb.parquet", paired)
+    DUCKDB.backfill(folder / "raw.parquet", folder / "duckdb.parquet", paired)
     duck = pd.read_parquet(folder / "duckdb.parquet").set_index("transaction_id").loc[got["transaction_id"]]
     difference = np.abs(got[paired.feature_names].to_numpy() - duck[paired.feature_names].to_numpy())
     assert float(difference.max()) <= 1e-9

@@ -86,7 +86,9 @@ def test_spark_scores_get_the_services_decisions_and_the_version(tmp_path: Path)
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from mlops.batch_scoring import _scored_by_spark, _write_decided
+    from mlops.backfill.engines import scored_by_spark
+    from mlops.backfill.interface import Scored
+    from mlops.batch_scoring import _write_decided
 
     scored = tmp_path / "scored.parquet"
     scored.mkdir()
@@ -96,7 +98,7 @@ def test_spark_scores_get_the_services_decisions_and_the_version(tmp_path: Path)
     (scored / "_SUCCESS").write_text("")
 
     contract = load_contract(BUNDLED_CONTRACT)
-    assert _write_decided(scored, _scored_by_spark, tmp_path / "out.parquet", 0.5, "3", contract, None) == (4, 2)
+    assert _write_decided(Scored(scored, scored_by_spark), tmp_path / "out.parquet", 0.5, "3", contract, None) == (4, 2)
     out = pd.read_parquet(tmp_path / "out.parquet")
     assert list(out.columns) == ["transaction_id", "probability", "decision", "model_version"]
     assert out["decision"].tolist() == ["legit", "fraud", "legit", "fraud"]

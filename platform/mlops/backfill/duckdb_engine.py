@@ -2,8 +2,8 @@
 
 One SQL statement reads the raw Parquet, computes every feature with window functions
 (:mod:`mlops.backfill.window_sql`) and writes Parquet; DuckDB sorts and spills to a temporary
-folder beside the output, so memory stays under ``MEMORY_LIMIT`` whatever the data's size, and
-no row ever becomes a Python object.
+folder beside the output, so memory stays under the limit ``Settings.duckdb_memory_limit`` sets
+whatever the data's size, and no row ever becomes a Python object.
 """
 
 from __future__ import annotations
@@ -22,17 +22,14 @@ from mlops.errors import InputError
 if TYPE_CHECKING:
     import duckdb
 
-# DuckDB's own bound (sorts and windows spill beyond it); the process adds Python and Arrow on top.
-MEMORY_LIMIT = os.environ.get("MLOPS_DUCKDB_MEMORY_LIMIT", "2GB")
-
-
 @contextmanager
-def connection(spill_dir: Path) -> Iterator[duckdb.DuckDBPyConnection]:
-    """An in-memory DuckDB with bounded memory, spilling under ``spill_dir`` (removed afterwards)."""
+def connection(spill_dir: Path, memory_limit: str) -> Iterator[duckdb.DuckDBPyConnection]:
+    """An in-memory DuckDB using at most ``memory_limit`` (sorts and windows spill beyond it; the
+    process adds Python and Arrow on top), spilling under ``spill_dir`` (removed afterwards)."""
     import duckdb
 
     spill_dir.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(config={"memory_limit": MEMORY_LIMIT, "threads": os.cpu_count() or 1,
+    con = duckdb.connect(config={"memory_limit": memory_limit, "threads": os.cpu_count() or 1,
                                  "temp_directory": str(spill_dir), "preserve_insertion_order": False})
     try:
         yield con
@@ -76,11 +73,11 @@ def current_value_columns(contract: DataContract) -> list[str]:
     return sorted({c for v in contract.feature_views for c in v.current_value_columns})
 
 
-def backfill_duckdb(source: Path, out: Path, contract: DataContract) -> None:
+def backfill_duckdb(source: Path, out: Path, contract: DataContract, memory_limit: str) -> None:
     """Every row of ``source`` with its point-in-time features (float64, contract names) into ``out``."""
     out.parent.mkdir(parents=True, exist_ok=True)
     scan = parquet_scan(source)
-    with connection(out.parent / f".{out.name}.spill") as con:
+    with connection(out.parent / f".{out.name}.spill", memory_limit) as con:
         check_columns(con, scan, needed_columns(contract))
         select = ", ".join(feature_selects(contract))
         target = str(out).replace("'", "''")

@@ -47,7 +47,7 @@ def latest_state_sql(contract: DataContract, view: FeatureViewSpec, source: str,
 
 
 def latest_histories(offline: Path, contract: DataContract, view: FeatureViewSpec, end: datetime,
-                     start: datetime | None, *, batch: int) -> Iterator[list[tuple[str, History]]]:
+                     start: datetime | None, *, batch: int, memory_limit: str) -> Iterator[list[tuple[str, History]]]:
     """(entity, history as of ``end``) of every entity with an event after ``start``, ``batch`` at a time."""
     sql = latest_state_sql(contract, view, parquet_scan(offline), to_micros(end),
                            None if start is None else to_micros(start))
@@ -56,7 +56,7 @@ def latest_histories(offline: Path, contract: DataContract, view: FeatureViewSpe
     rows: list[tuple[int, str, tuple[Any, ...]]] = []
     kept = [*view.value_columns, *(f"{TEXT}{i}" for i in range(len(view.text_columns))),
             *([LABEL] if view.uses_labels else [])]
-    with connection(offline.parent / f".{view.view_name}.spill") as con:
+    with connection(offline.parent / f".{view.view_name}.spill", memory_limit) as con:
         reader = con.sql(sql).to_arrow_reader(_FETCH_ROWS)
         for chunk in reader:
             columns = chunk.to_pydict()

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from mlops.backfill.interface import PROBABILITY
 from mlops.contract import DataContract, FeatureSpec
 from mlops.errors import ConfigError, InputError
 
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
 
 # A local path, or a URI Spark reads itself (s3a://, hdfs://, gs://), kept as text: Path would fold "//".
 Location = Path | str
-PROBABILITY = "probability"
 _MICROS = 1_000_000
 _DAY_US = 86_400 * _MICROS
 _EPOCH_WEEKDAY = 3  # 1970-01-01 was a Thursday (Monday = 0, as datetime.weekday counts)
