@@ -12,6 +12,7 @@ row is logged like a domain prediction. The gRPC service (serving.oip_grpc) answ
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -25,7 +26,7 @@ from serving.answering import Inference, InferJob
 from serving.body import json_response, openapi_body, parse_model, read_bytes, read_model
 from serving.errors import OipErrorResponse
 from serving.lifecycle import LoadedModel
-from serving.schemas import MAX_BATCH
+from serving.schemas import MAX_BATCH, infer_example
 from serving.state import ServiceState
 
 _STRING_TYPE = "tensor(string)"
@@ -232,7 +233,7 @@ def build_router(state: ServiceState) -> APIRouter:
         return {"name": name, "ready": _model(state, name) is not None}
 
     @router.post(INFER_ROUTE.removeprefix("/v2"), responses={200: {"model": InferResponse}},
-                 openapi_extra=openapi_body(InferRequest))
+                 openapi_extra=openapi_body(InferRequest, example=infer_example(state.contract, datetime.now(UTC))))
     async def infer(request: Request, name: str = model_name) -> Response:
         started = time.perf_counter()
         _model(state, name)  # 404 or 503 before reading the body

@@ -7,11 +7,13 @@ a field name is a 422, not a silently ignored value.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
 from mlops.contract import DataContract
+from mlops.features import compute_features
 
 _KEY_MAX_LENGTH = 128  # ids and join keys are short codes; bounding them bounds the work per request
 _CATEGORY_MAX_LENGTH = 64
@@ -83,6 +85,20 @@ def request_example(contract: DataContract) -> dict[str, Any]:
         categories = contract.column(name).categories or ("unknown",)
         example[name] = categories[0]
     return example
+
+
+def infer_example(contract: DataContract, moment: datetime) -> dict[str, Any]:
+    """A valid Open Inference Protocol body for the same row as :func:`request_example`: one tensor per
+    graph input, in the graph's order, the computed features those of an entity with no history yet
+    (its first transaction at ``moment``)."""
+    raw = request_example(contract)
+    features = compute_features(contract, {}, moment, raw)
+    row = {**raw, **features}
+    numeric = [{"name": name, "shape": [1, 1], "datatype": "FP32", "data": [float(row[name])]}
+               for name in contract.numeric_inputs]
+    text = [{"name": name, "shape": [1, 1], "datatype": "BYTES", "data": [str(row[name])]}
+            for name in contract.model_inputs.categorical]
+    return {"inputs": numeric + text}
 
 
 def build_response_model(contract: DataContract) -> type[BaseModel]:

@@ -202,6 +202,24 @@ def test_openapi_documents_the_contract_request(client: TestClient, contract: Da
     assert batch["example"] == {"instances": [example]}
 
 
+def test_openapi_infer_example_is_the_graphs_inputs_and_is_answered(
+    client: TestClient, contract: DataContract, platform_home: ServedPlatform
+) -> None:
+    document = client.get("/openapi.json").json()
+    [path] = [p for p in document["paths"] if p.endswith("/infer")]
+    example = document["paths"][path]["post"]["requestBody"]["content"]["application/json"]["example"]
+    graph = OnnxModel(platform_home.onnx_path).session.get_inputs()
+    assert [t["name"] for t in example["inputs"]] == [i.name for i in graph]  # every input, in the graph's order
+    for tensor, graph_input in zip(example["inputs"], graph, strict=True):
+        assert tensor["datatype"] == ("BYTES" if graph_input.type == "tensor(string)" else "FP32")
+    for name in contract.model_inputs.categorical:
+        [tensor] = [t for t in example["inputs"] if t["name"] == name]
+        assert tensor["data"][0] in (contract.column(name).categories or ()), name
+    answer = client.post(path.replace("{name}", platform_home.settings.model_name), json=example)
+    assert answer.status_code == 200, answer.text
+    assert 0.0 <= answer.json()["outputs"][0]["data"][0] <= 1.0
+
+
 def test_without_a_promoted_model_the_app_starts_and_answers_503(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: dict[str, Any]
 ) -> None:

@@ -1,14 +1,17 @@
-"""The /predict example in the OpenAPI document is drawn from the contract: it validates against the
-request model, names only categories the contract lists, and ids have the contract's dtype."""
+"""The /predict and /infer examples in the OpenAPI document are drawn from the contract: they validate
+against the request models, name only categories the contract lists, ids have the contract's dtype,
+and the /infer example carries every graph input inside its declared range."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from mlops.contract import load_contract
-from serving.schemas import build_request_model, request_example
+from serving.oip import InferRequest, contract_bounds
+from serving.schemas import build_request_model, infer_example, request_example
 
 CONTRACTS = sorted((Path(__file__).resolve().parents[2] / "platform" / "mlops" / "contracts").glob("*.yaml"))
 
@@ -31,3 +34,21 @@ def test_the_example_validates_and_names_contract_categories(path: Path) -> None
 def test_both_id_shapes_are_covered() -> None:
     shapes = {contract.key_is_int(contract.id_column) for contract in map(load_contract, CONTRACTS)}
     assert shapes == {True, False}
+
+
+@pytest.mark.parametrize("path", CONTRACTS, ids=[p.stem for p in CONTRACTS])
+def test_the_infer_example_holds_every_graph_input_in_range(path: Path) -> None:
+    contract = load_contract(path)
+    example = infer_example(contract, datetime(2026, 12, 5, 14, 30, tzinfo=UTC))
+    request = InferRequest.model_validate(example)
+    assert [t.name for t in request.inputs] == contract.numeric_inputs + list(contract.model_inputs.categorical)
+    bounds = contract_bounds(contract)
+    for tensor in request.inputs:
+        [value] = tensor.data or []
+        if tensor.datatype == "BYTES":
+            assert value in (contract.column(tensor.name).categories or ()), tensor.name
+            continue
+        low, high = bounds.get(tensor.name, (None, None))
+        assert isinstance(value, float), tensor.name
+        assert low is None or value >= low, (tensor.name, value)
+        assert high is None or value <= high, (tensor.name, value)
