@@ -90,10 +90,10 @@ class Resources:
 
 @dataclass(frozen=True)
 class Stage:
-    """What DVC needs beyond the artifacts and records the step reads and writes."""
+    """What DVC needs beyond the artifacts and records the step reads and writes, and beyond the code
+    and params derived from the step function (pipelines/orchestration/stage_deps.py)."""
 
-    code: tuple[str, ...] = ()  # repository files whose change makes the stage stale
-    params: tuple[str, ...] = ()  # params.yaml keys (settings) the step reads
+    data: tuple[str, ...] = ()  # repository files, not modules, whose change makes the stage stale
     files: tuple[tuple[str, str], ...] = ()  # (parameter, path): a parameter that names a file the stage reads
     metrics: tuple[str, ...] = ()  # metrics files inside the step's outputs, relative to its output folder
 
@@ -133,41 +133,34 @@ _WINDOW = (
 _INGESTED = (Takes("ingested", "ingest"),)
 _SPLITS = ("train", "validation", "test")
 _TASKS = "pipelines.orchestration.tasks"
+_CONTRACT = "platform/mlops/contracts/fraud.yaml"  # the bundled contract the stages' settings name
 
 STEPS: tuple[Step, ...] = (
     Step("ingest", f"{_TASKS}:ingest_task",
          "Snapshot the raw source, keep the rows of the training window, open the pipeline's MLflow run.",
          parameters=(Parameter("source", str, None, "CSV/Parquet path or URL of raw transactions."), *_WINDOW),
          produces=(Produces("snapshot", "Dataset", "The rows of the window (Parquet)."),), record=IngestRecord,
-         stage=Stage(code=("platform/mlops/data/ingest.py", "platform/mlops/contracts/fraud.yaml"),
-                     files=(("source", ".mlops/dvc/raw/transactions.csv"),))),
+         stage=Stage(data=(_CONTRACT,), files=(("source", ".mlops/dvc/raw/transactions.csv"),))),
     Step("validate", f"{_TASKS}:validate_task", "Great Expectations suite from the contract; fails closed.",
          consumes=_consumes("ingest", "snapshot"), takes=_INGESTED,
          produces=(Produces("report", "Artifact", "validation.json and validation.html."),),
-         stage=Stage(code=("pipelines/steps/validate.py", "platform/mlops/contracts/fraud.yaml"))),
+         stage=Stage(data=(_CONTRACT,))),
     Step("preprocess", f"{_TASKS}:preprocess_task",
          "Point-in-time features from Feast, time split, online store materialization.",
          consumes=_consumes("ingest", "snapshot"), takes=_INGESTED,
          produces=tuple(Produces(name, "Dataset", f"The {name} split (Parquet).") for name in _SPLITS),
          after=("validate",),  # only validated data gets features
-         stage=Stage(code=("pipelines/steps/preprocess.py", "platform/mlops/features.py",
-                           "platform/mlops/feature_store.py", "feature_repo/definitions.py",
-                           "platform/mlops/contracts/fraud.yaml"))),
+         stage=Stage(data=(_CONTRACT,))),
     Step("train", f"{_TASKS}:train_task",
          "PyTorch training (GPU when present, torchrun over all of this pod's GPUs); checkpoints, resumes.",
          consumes=_consumes("preprocess", *_SPLITS), takes=_INGESTED,
          produces=(Produces("model", "Model", "model.pt and training.json."),), record=TrainRecord,
-         resources=Resources(gpus=1),
-         stage=Stage(code=("pipelines/training/trainer.py", "pipelines/training/entry.py", "platform/mlops/model.py"),
-                     params=("seed", "max_epochs", "patience", "batch_size", "learning_rate", "hidden_sizes",
-                             "dropout", "weight_decay"))),
+         resources=Resources(gpus=1)),
     Step("export", f"{_TASKS}:export_task",
          "ONNX export with preprocessing and calibration inside, parity check, logged as an MLflow model.",
          consumes=(Consumes("model", "train", "model"), Consumes("test", "preprocess", "test")),
          takes=(Takes("trained", "train"),),
-         produces=(Produces("onnx", "Model", "model.onnx."),), record=ExportRecord,
-         stage=Stage(code=("pipelines/training/export.py", "platform/mlops/onnx_export.py"),
-                     params=("parity_tolerance",))),
+         produces=(Produces("onnx", "Model", "model.onnx."),), record=ExportRecord),
     Step("evaluate", f"{_TASKS}:evaluate_task",
          "Holdout metrics, slices, behaviour vs. production; registers the candidate with the decision.",
          consumes=(Consumes("train", "preprocess", "train"), Consumes("test", "preprocess", "test"),
@@ -175,15 +168,11 @@ STEPS: tuple[Step, ...] = (
          takes=(Takes("exported", "export"),),
          produces=(Produces("evaluation", "Artifact", "metrics.json, report.json, curves and pictures."),),
          record=EvaluateRecord,
-         stage=Stage(code=("pipelines/steps/evaluate.py", "pipelines/steps/quality.py"),
-                     params=("promotion_margin", "slice_f1_tolerance", "slice_min_positives",
-                             "slice_min_rows"),
-                     metrics=("evaluation/metrics.json",))),
+         stage=Stage(metrics=("evaluation/metrics.json",))),
     Step("deploy", f"{_TASKS}:deploy_task",
          "Move the serving alias and Production stage to the version evaluate registered.",
          takes=(Takes("evaluated", "evaluate"),), record=DeployRecord,
-         when=When("evaluate", "decision", "promote", name="better-than-production"),
-         stage=Stage(code=("pipelines/steps/deploy.py",))),
+         when=When("evaluate", "decision", "promote", name="better-than-production")),
 )
 
 

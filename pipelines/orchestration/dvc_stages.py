@@ -3,8 +3,10 @@
     python -m pipelines.orchestration.dvc_stages [--check]      (make dvc-yaml)
 
 Each step's stage runs ``mlops step <name>`` with settings from params.yaml; its deps are the
-artifacts and records it reads and the code the declaration names, its outs what it writes. The
-records name MLflow state and stay uncached. A test fails when the committed dvc.yaml is stale.
+artifacts and records it reads, the data files the declaration names and every repository module
+the step function imports, its params the params.yaml settings that code reads (both derived by
+:mod:`pipelines.orchestration.stage_deps`), its outs what it writes. The records name MLflow state
+and stay uncached. A test fails when the committed dvc.yaml is stale.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 import yaml
 
 from pipelines.orchestration.declaration import RECORD, STEPS, Step
+from pipelines.orchestration.stage_deps import code_deps, params
 
 DVC_FILE = Path(__file__).resolve().parents[2] / "dvc.yaml"
 OUT_ROOT = ".mlops/dvc"
@@ -65,11 +68,11 @@ def stage(step: Step, steps: tuple[Step, ...] = STEPS) -> dict[str, Any]:
     after = [artifact_path(earlier, p.name) for earlier in step.after
              for p in next(s for s in steps if s.name == earlier).produces]
     deps = [*files.values(), *(artifact_path(c.step, c.output) for c in step.consumes),
-            *(record_path(t.step) for t in step.takes), *after, *step.stage.code]
+            *(record_path(t.step) for t in step.takes), *after, *step.stage.data, *code_deps(step.function)]
     spec: dict[str, Any] = {"cmd": " ".join(["MLOPS_PARAMS_FILE=params.yaml mlops step", step.name, *options]),
                             "deps": list(dict.fromkeys(deps))}
-    if step.stage.params:
-        spec["params"] = list(step.stage.params)
+    if read := params(step.function):
+        spec["params"] = read
     if outs:
         spec["outs"] = outs
     return spec
