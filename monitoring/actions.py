@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from mlops.errors import AdminActionError
 from monitoring.drift import Level
+from monitoring.estimated_quality import EstimatedQuality
 
 log = logging.getLogger(__name__)
 HISTORY_FILE = "drift_history.jsonl"
@@ -42,6 +43,7 @@ class DriftRunRecord(BaseModel):
     action_errors: list[str] = []
     report_paths: list[str] = []
     worst: list[str] = []  # the most severe features, most severe first
+    estimates: list[EstimatedQuality] = []  # the quality expected without labels, per version and role
     retraining_data: str | None = None
     retraining_log: str | None = None
     retraining_pid: int | None = None

@@ -22,6 +22,7 @@ calibration failed its last check with labels is not trusted: its level stays IN
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from mlops.reference_profile import ReferenceProfile
@@ -204,3 +205,19 @@ def judge_estimate(estimated: EstimatedQuality, limits: EstimateThresholds,
             notes.append(f"estimated {metric} {ours.estimate:.3f} < reference {reference:.3f} by {drop:.3f}")
         levels.append(level)
     return estimated.model_copy(update={"level": max_level(levels), "note": "; ".join(notes)})
+
+
+def estimate_roles(window: pd.DataFrame, profile: ReferenceProfile, positive: str, limits: EstimateThresholds, *,
+                   model_name: str, model_version: str, unreliable: str | None = None) -> list[EstimatedQuality]:
+    """One version's window judged per role (champion, challenger, ...), predicted positive where the
+    logged decision is ``positive``: the decision the served threshold gave."""
+    reference = reference_estimate(profile)
+    roles = window["role"] if "role" in window else pd.Series("champion", index=window.index)
+    judged = []
+    for role, rows in window.groupby(roles, sort=True):
+        estimate = estimate_quality(rows["probability"].to_numpy(dtype="float64"),
+                                    (rows["decision"] == positive).to_numpy())
+        estimated = EstimatedQuality(model_name=model_name, model_version=model_version, role=str(role),
+                                     estimate=estimate, reference=reference)
+        judged.append(judge_estimate(estimated, limits, unreliable))
+    return judged

@@ -1,6 +1,7 @@
 """The drift job (``mlops drift run``, the KFP component and the CronJob all call ``run_drift``):
 the window of the prediction log against the reference profile of each model version that
-served it, the Evidently report, the metrics, the actions, the record.
+served it, the quality each version is expected to have without labels, the Evidently report, the
+metrics, the actions, the record.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from mlops.errors import EmptyWindowError, MLOpsError, SmallWindowError
 from mlops.prediction_log import log_dir
 from mlops.settings import Settings
 from monitoring import actions, metrics
+from monitoring.calibration_guard import read_checks
 from monitoring.drift import DriftReport, DriftThresholds, compute_drift, max_level
 from monitoring.drift_summary import by_severity, describe, prepend_summary, summary_html
+from monitoring.estimated_quality import METRICS, EstimatedQuality, EstimateThresholds, estimate_roles
 from monitoring.evidently_report import evidently_snapshot, render_html
 from monitoring.references import fetch_profile
 from monitoring.retraining import RetrainingStart, start_retraining
@@ -53,12 +56,32 @@ def judge(settings: Settings, window: pd.DataFrame, limits: DriftThresholds) -> 
     return judged
 
 
-def _reason(reports: list[DriftReport]) -> str:
+def estimates(settings: MonitoringSettings, contract: DataContract,
+              judged: list[tuple[DriftReport, pd.DataFrame]]) -> list[EstimatedQuality]:
+    """The quality each judged version's window is expected to have, per role, against its reference;
+    distrusted where the version's latest calibration check with labels failed."""
+    limits = EstimateThresholds(drop_warning=settings.estimate_drop_warning,
+                                drop_critical=settings.estimate_drop_critical)
+    checks = read_checks(settings.monitoring_dir)
+    estimated: list[EstimatedQuality] = []
+    for report, window in judged:
+        check = checks.get(report.model_version)
+        distrust = (check.unreliable(settings.calibration_ece_limit, settings.calibration_min_labelled)
+                    if check else None)
+        profile = fetch_profile(settings, report.model_name, report.model_version)
+        estimated += estimate_roles(window, profile, contract.decisions.positive, limits, model_name=report.model_name,
+                                    model_version=report.model_version, unreliable=distrust)
+    return estimated
+
+
+def _reason(reports: list[DriftReport], estimated: list[EstimatedQuality]) -> str:
     flagged = [f"v{r.model_version}/{f.feature} {f.level} ({f.score:.3g})" for r in reports for f in r.flagged()
                if f.score is not None]
     notes = [f"v{r.model_version}/{f.feature}: {f.note}" for r in reports for f in r.features
              if f.note and f.level != "INFO"]
-    return "; ".join(flagged + notes) or "no feature drifted"
+    quality = [f"v{e.model_version}/{e.role} estimated quality {e.level}: {e.note}" for e in estimated
+               if e.level != "INFO"]
+    return "; ".join(quality + flagged + notes) or "no feature drifted"
 
 
 def _worst(reports: list[DriftReport], count: int = 3) -> list[str]:
@@ -89,6 +112,8 @@ def _log_to_mlflow(settings: Settings, reports: list[DriftReport], record: actio
                          "model_versions": ",".join(record.model_versions)})
         mlflow.log_metrics({f"v{r.model_version}.{f.feature}": f.score for r in reports for f in r.features
                             if f.score is not None})
+        mlflow.log_metrics({f"v{e.model_version}.{e.role}.estimated_{metric}": e.estimate.metric(metric).estimate
+                            for e in record.estimates for metric in METRICS})
         mlflow.log_text(record.model_dump_json(indent=2), "drift/record.json")
         for path in record.report_paths:
             mlflow.log_artifact(path, "drift")
@@ -108,20 +133,22 @@ def run_drift(settings: MonitoringSettings, spec: WindowSpec, *, limits: DriftTh
                                "transactions to /predict")
     judged = judge(settings, window, limits)
     reports = [report for report, _ in judged]
-    level = max_level([r.level for r in reports])
+    estimated = estimates(settings, contract, judged)
+    level = max_level([r.level for r in reports] + [e.level for e in estimated])
     history = actions.read_history(settings.monitoring_dir)
     planned = actions.planned_actions(level, history, now, timedelta(seconds=settings.drift_cooldown_s),
                                       retrain=settings.drift_retrain)
     record = actions.DriftRunRecord(
         run_at=now, window=spec.describe(), model_name=reports[0].model_name,
-        model_versions=[r.model_version for r in reports], rows=len(window), level=level, reason=_reason(reports),
+        model_versions=[r.model_version for r in reports], rows=len(window), level=level,
+        reason=_reason(reports, estimated), estimates=estimated,
         scores={f"v{r.model_version}/{f.feature}": f.score for r in reports for f in r.features if f.score is not None},
         actions=planned, report_paths=[_report_html(settings, r, w, now, limits) for r, w in judged],
         worst=_worst(reports))
     record = _act(settings, contract, window, record, now)
     actions.append_history(settings.monitoring_dir, record)
     _log_to_mlflow(settings, reports, record)
-    metrics.publish(metrics.drift_registry(reports, time.perf_counter() - started), metrics.DRIFT_JOB,
+    metrics.publish(metrics.drift_registry(reports, estimated, time.perf_counter() - started), metrics.DRIFT_JOB,
                     settings.monitoring_dir, settings.pushgateway_url)
     log.log(logging.WARNING if level != "INFO" else logging.INFO, "drift %s: %s -> %s", level, record.reason,
             ", ".join(record.actions))

@@ -1,6 +1,7 @@
 """Late labels: ingested by transaction id, joined with the prediction log, and the model quality
 they reveal per time window and per model version (champion and shadow challenger side by side
-once the log carries the role).
+once the log carries the role), next to the quality estimated from the same predictions' probabilities
+and their calibration error (ECE), which says whether that estimate can be trusted.
 
 Labels live in ``<home>/monitoring/labels.parquet``, one row per id; a label ingested again for
 the same id replaces the earlier one (a chargeback can overturn a first verdict).
@@ -15,8 +16,10 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
+from mlops.calibration import calibration_report
 from mlops.contract import DataContract
 from mlops.errors import InputError
+from monitoring.estimated_quality import QualityEstimate, estimate_quality
 
 LABELS_FILE = "labels.parquet"
 ID = "event_id"
@@ -35,6 +38,13 @@ class QualityRow(BaseModel):
     recall: float
     f1: float
     pr_auc: float
+    estimate: QualityEstimate | None = None  # from the same predictions' probabilities, as if unlabelled
+    ece: float | None = None
+    unreliable: str = ""  # why the estimate is not to be trusted (the calibration guard), if it is not
+
+    def gap(self, metric: str) -> float | None:
+        """Realized minus estimated ``metric``."""
+        return None if self.estimate is None else float(getattr(self, metric)) - self.estimate.metric(metric).estimate
 
 
 def _read_table(path: Path) -> pd.DataFrame:
@@ -103,20 +113,23 @@ def average_precision(labels: np.ndarray, scores: np.ndarray) -> float:
     return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
 
 
-def _scores(group: pd.DataFrame, positive: str) -> dict[str, float | int]:
+def _scores(group: pd.DataFrame, positive: str) -> dict[str, object]:
     truth = group[LABEL].to_numpy(dtype="int64")
     predicted = (group["decision"] == positive).to_numpy()
     tp = int(np.sum(predicted & (truth == 1)))
     precision = tp / int(predicted.sum()) if predicted.any() else 0.0
     recall = tp / int(truth.sum()) if truth.any() else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    probabilities = group["probability"].to_numpy(dtype="float64")
     return {"labelled": len(group), "positives": int(truth.sum()), "precision": precision, "recall": recall,
-            "f1": f1, "pr_auc": average_precision(truth, group["probability"].to_numpy(dtype="float64"))}
+            "f1": f1, "pr_auc": average_precision(truth, probabilities),
+            "estimate": estimate_quality(probabilities, predicted),
+            "ece": calibration_report(truth, probabilities).ece}
 
 
 def quality(labelled: pd.DataFrame, window: str, positive: str) -> list[QualityRow]:
-    """Precision, recall, F1 and PR-AUC per ``window`` (a pandas frequency such as 1h) and model version;
-    ``positive`` is the decision that predicts a positive label (the contract's)."""
+    """Precision, recall, F1 and PR-AUC per ``window`` (a pandas frequency such as 1h) and model version,
+    with their estimate and the ECE; ``positive`` is the decision that predicts a positive label (the contract's)."""
     if labelled.empty:
         return []
     frame = labelled.assign(window_start=pd.to_datetime(labelled["logged_at"], utc=True).dt.floor(window),

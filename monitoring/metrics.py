@@ -1,5 +1,6 @@
-"""Prometheus metrics of the monitoring jobs: per-feature drift scores and levels, job duration and
-last success, labelled model quality. Each job fills a fresh registry and pushes it to the
+"""Prometheus metrics of the monitoring jobs: per-feature drift scores and levels, the estimated
+quality with its interval and level, job duration and last success, labelled model quality with the
+gap to the estimate and the calibration error. Each job fills a fresh registry and pushes it to the
 Pushgateway (MLOPS_PUSHGATEWAY_URL) that Prometheus scrapes; it is also written as a text file
 (``<home>/monitoring/<job>.prom``) for a node exporter's textfile collector."""
 
@@ -11,13 +12,15 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Gauge, push_to_gateway, write_to_textfile
 
 from monitoring.drift import LEVELS, DriftReport
+from monitoring.estimated_quality import METRICS, EstimatedQuality
 from monitoring.labels import QualityRow
 
 DRIFT_JOB = "mlops_drift"
 QUALITY_JOB = "mlops_quality"
 
 
-def drift_registry(reports: list[DriftReport], duration_s: float) -> CollectorRegistry:
+def drift_registry(reports: list[DriftReport], estimated: list[EstimatedQuality],
+                   duration_s: float) -> CollectorRegistry:
     registry = CollectorRegistry()
     labels = ["model_name", "model_version", "feature"]
     score = Gauge("mlops_drift_score", "Drift score: PSI, or the change of the confident share.", labels,
@@ -35,24 +38,55 @@ def drift_registry(reports: list[DriftReport], duration_s: float) -> CollectorRe
                 score.labels(*key).set(feature.score)
             if feature.p_value is not None:
                 p_value.labels(*key, feature.test).set(feature.p_value)
+    _estimate_gauges(registry, estimated)
     _job_gauges(registry, "drift", duration_s)
     return registry
 
 
+def _estimate_gauges(registry: CollectorRegistry, estimated: list[EstimatedQuality]) -> None:
+    labels = ["model_name", "model_version", "role"]
+    value = Gauge("mlops_estimated_quality", "Quality expected from the calibrated probabilities, without labels: "
+                  "the estimate, its 95 % interval (low, high) and the reference's estimate.",
+                  [*labels, "metric", "bound"], registry=registry)
+    level = Gauge("mlops_estimated_quality_level", "Estimated quality level: 0 INFO, 1 WARNING, 2 CRITICAL.", labels,
+                  registry=registry)
+    reliable = Gauge("mlops_estimated_quality_reliable", "1 when the version's calibration passed its last check.",
+                     labels, registry=registry)
+    for estimate in estimated:
+        key = (estimate.model_name, estimate.model_version, estimate.role)
+        level.labels(*key).set(LEVELS.index(estimate.level))
+        reliable.labels(*key).set(int(estimate.reliable))
+        for metric in METRICS:
+            interval = estimate.estimate.metric(metric)
+            for bound, figure in (("estimate", interval.estimate), ("low", interval.low), ("high", interval.high)):
+                value.labels(*key, metric, bound).set(figure)
+            if estimate.reference is not None:
+                value.labels(*key, metric, "reference").set(estimate.reference.metric(metric).estimate)
+
+
 def quality_registry(rows: list[QualityRow], duration_s: float) -> CollectorRegistry:
-    """The latest window's quality per model version and role."""
+    """The latest window's quality per model version and role, its gap to the estimate and the ECE."""
     registry = CollectorRegistry()
     quality = Gauge("mlops_model_quality", "Model quality on late labels in the latest window.",
                     ["model_version", "role", "metric"], registry=registry)
     labelled = Gauge("mlops_model_labelled_predictions", "Labelled predictions in the latest window.",
                      ["model_version", "role"], registry=registry)
+    gap = Gauge("mlops_estimated_quality_gap", "Realized minus estimated quality on the latest window's labels.",
+                ["model_version", "role", "metric"], registry=registry)
+    ece = Gauge("mlops_calibration_ece", "Expected calibration error on the latest window's labels.",
+                ["model_version", "role"], registry=registry)
     latest = max((r.window_start for r in rows), default=None)
     for row in rows:
         if row.window_start != latest:
             continue
-        for metric in ("precision", "recall", "f1", "pr_auc"):
+        for metric in METRICS:
             quality.labels(row.model_version, row.role, metric).set(getattr(row, metric))
+            difference = row.gap(metric)
+            if difference is not None:
+                gap.labels(row.model_version, row.role, metric).set(difference)
         labelled.labels(row.model_version, row.role).set(row.labelled)
+        if row.ece is not None:
+            ece.labels(row.model_version, row.role).set(row.ece)
     _job_gauges(registry, "quality", duration_s)
     return registry
 

@@ -1,29 +1,36 @@
 """The quality job (``mlops labels quality``): the window's predictions joined with their late
-labels, scored per time bucket and model version, and exported to Prometheus."""
+labels, scored per time bucket and model version next to the estimate, and exported to Prometheus;
+each version's calibration on all the joined labels is stored for the drift job's guard."""
 
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
 import pandas as pd
 
 from mlops.contract import load_contract
 from mlops.errors import InputError
 from mlops.prediction_log import log_dir
-from mlops.settings import Settings
 from monitoring import metrics
+from monitoring.calibration_guard import check_versions, save_checks, unreliable
 from monitoring.labels import QualityRow, join_labels, quality, read_labels
+from monitoring.settings import MonitoringSettings
 from monitoring.window import WindowSpec, read_window
 
 
-def run_quality(settings: Settings, spec: WindowSpec, bucket: str) -> list[QualityRow]:
+def run_quality(settings: MonitoringSettings, spec: WindowSpec, bucket: str) -> list[QualityRow]:
     started = time.perf_counter()
     try:
         pd.tseries.frequencies.to_offset(bucket)
     except ValueError as exc:
         raise InputError(f"--window must be a pandas frequency such as 1h or 1D, got {bucket!r}") from exc
     labelled = join_labels(read_window(log_dir(settings), spec), read_labels(settings.monitoring_dir))
-    rows = quality(labelled, bucket, load_contract(settings.contract_path).decisions.positive)
+    limit, fewest = settings.calibration_ece_limit, settings.calibration_min_labelled
+    rows = [row.model_copy(update={"unreliable": unreliable(row.ece or 0.0, row.labelled, limit, fewest) or ""})
+            for row in quality(labelled, bucket, load_contract(settings.contract_path).decisions.positive)]
+    if not labelled.empty:
+        save_checks(settings.monitoring_dir, check_versions(labelled, datetime.now(UTC)))
     metrics.publish(metrics.quality_registry(rows, time.perf_counter() - started), metrics.QUALITY_JOB,
                     settings.monitoring_dir, settings.pushgateway_url)
     return rows

@@ -15,6 +15,7 @@ from mlops_cli.output import fail as _fail
 from mlops_cli.output import load_settings as _settings
 
 if TYPE_CHECKING:
+    from monitoring.labels import QualityRow
     from monitoring.window import WindowSpec
 
 drift_app = typer.Typer(help="Drift of live traffic against the training reference, and its actions.",
@@ -59,6 +60,13 @@ def drift_run_command(
                   f"{record.reason}", highlight=False)
     console.print(f"actions: {', '.join(record.actions)}; reports: {', '.join(record.report_paths)}", highlight=False)
     console.print(f"worst features: {'; '.join(record.worst)}", highlight=False)
+    for estimated in record.estimates:
+        f1, reference = estimated.estimate.f1, estimated.reference
+        against = f" (reference {reference.f1.estimate:.3f})" if reference is not None else ""
+        console.print(f"estimated quality v{estimated.model_version}/{estimated.role} [bold]{estimated.level}[/]: "
+                      f"F1 {f1.estimate:.3f} [{f1.low:.3f}, {f1.high:.3f}]{against}, PR-AUC "
+                      f"{estimated.estimate.pr_auc.estimate:.3f}" + (f"; {estimated.note}" if estimated.note else ""),
+                      highlight=False)
     if record.action_errors:
         _error_exit("; ".join(record.action_errors), 1)
 
@@ -119,9 +127,12 @@ def labels_quality_command(
     window: Annotated[str, typer.Option(help="Bucket size (pandas frequency: 1h, 1D ...).")] = "1h",
     since: Annotated[str | None, typer.Option(help="Predictions of the last 30m, 6h, 7d ...")] = None,
 ) -> None:
-    """Precision, recall, F1 and PR-AUC of the labelled predictions per window and model version."""
+    """Precision, recall, F1 and PR-AUC of the labelled predictions per window and model version, next to
+    the F1 estimated from their probabilities and the calibration error (ECE) that says whether to trust it."""
     spec = _window_spec(since, None, None, None)
-    settings = _settings()
+    from monitoring.settings import MonitoringSettings
+
+    settings = _settings(MonitoringSettings)
     from rich.table import Table
 
     from monitoring.quality_job import run_quality
@@ -140,3 +151,26 @@ def labels_quality_command(
         table.add_row(row.window_start, row.model_version, row.role, f"{row.labelled:,}", f"{row.positives:,}",
                       f"{row.precision:.3f}", f"{row.recall:.3f}", f"{row.f1:.3f}", f"{row.pr_auc:.3f}")
     console.print(table)
+    _print_estimates(rows)
+
+
+def _print_estimates(rows: list[QualityRow]) -> None:
+    """The realized F1 and precision next to their estimate from the same predictions, and whether
+    the calibration (ECE) lets the estimate be trusted."""
+    from rich.table import Table
+
+    table = Table("window start", "version", "role", "F1", "estimated F1 [95 %]", "precision",
+                  "estimated precision [95 %]", "ECE", "estimate", title="realized vs estimated")
+    for row in rows:
+        if row.estimate is None:
+            continue
+        f1, precision = row.estimate.f1, row.estimate.precision
+        table.add_row(row.window_start, row.model_version, row.role, f"{row.f1:.3f}",
+                      f"{f1.estimate:.3f} [{f1.low:.3f}, {f1.high:.3f}]", f"{row.precision:.3f}",
+                      f"{precision.estimate:.3f} [{precision.low:.3f}, {precision.high:.3f}]",
+                      "-" if row.ece is None else f"{row.ece:.3f}", "unreliable" if row.unreliable else "trusted")
+    console.print(table)
+    for row in rows:
+        if row.unreliable:
+            console.print(f"{row.window_start} v{row.model_version}/{row.role}: estimate unreliable: {row.unreliable}",
+                          highlight=False)

@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 
 from mlops.contract import DataContract
 from mlops.prediction_log import PredictionLog, log_dir
-from mlops.settings import Settings
 from mlops_cli.app import app
 from monitoring.labels import QualityRow, average_precision, ingest_labels, join_labels, quality, read_labels
 from monitoring.quality_job import run_quality
+from monitoring.settings import MonitoringSettings
 from monitoring.window import WindowSpec, read_window
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def test_quality_per_window_and_version_matches_scikit_learn(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, live: Traffic, write_log: LogWriter,
         contract: DataContract) -> None:
     monkeypatch.setenv("MLOPS_HOME", str(tmp_path / "home"))
-    settings = Settings()
+    settings = MonitoringSettings()
     window = live("none").iloc[:3_000]
     champion, challenger = window.iloc[:2_000], window.iloc[2_000:]
     log = PredictionLog(log_dir(settings))
@@ -98,7 +98,7 @@ def test_shadow_mode_quality_shows_each_role_with_its_own_figures(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, live: Traffic, write_log: LogWriter,
         contract: DataContract) -> None:
     monkeypatch.setenv("MLOPS_HOME", str(tmp_path / "home"))
-    settings = Settings()
+    settings = MonitoringSettings()
     window = live("none").iloc[:1_500]
     # The challenger scored the same requests in the shadow, inverted: its figures must differ.
     shadow = window.assign(probability=1.0 - window["probability"])

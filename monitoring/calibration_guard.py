@@ -1,0 +1,72 @@
+"""The estimate's guard: calibration re-checked whenever late labels are joined.
+
+Quality estimated without labels is only as good as the probabilities' calibration. The quality job
+measures the expected calibration error of each version's labelled predictions (ECE: over ten
+equal-width probability bins, the row-weighted gap between the mean predicted probability and the
+observed positive rate, as training and evaluate measure it, ``mlops.calibration``) and stores the
+latest per version in ``<home>/monitoring/calibration_checks.json``; the drift job then distrusts the
+estimate of a version whose latest check exceeded the limit. Fewer labelled predictions than the
+minimum give no verdict: ECE on a few dozen labels is mostly noise.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict
+
+from mlops.calibration import calibration_report
+from monitoring.labels import LABEL
+
+CHECKS_FILE = "calibration_checks.json"
+
+
+class CalibrationCheck(BaseModel):
+    """The calibration of one version's labelled predictions, as last measured."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model_version: str
+    checked_at: datetime
+    labelled: int
+    ece: float
+
+    def unreliable(self, limit: float, min_labelled: int) -> str | None:
+        return unreliable(self.ece, self.labelled, limit, min_labelled)
+
+
+def unreliable(ece: float, labelled: int, limit: float, min_labelled: int) -> str | None:
+    """Why an estimate with this calibration cannot be trusted, or None when it can (or too few labels say)."""
+    if labelled < min_labelled or ece <= limit:
+        return None
+    return f"ECE {ece:.3f} > {limit:g} on {labelled:,} labelled predictions"
+
+
+def check_versions(labelled: pd.DataFrame, now: datetime) -> list[CalibrationCheck]:
+    """ECE of each version's labelled predictions (all of them in the frame, pooled over windows)."""
+    checks = []
+    for version, rows in labelled.groupby("model_version", sort=True):
+        report = calibration_report(rows[LABEL].to_numpy(), rows["probability"].to_numpy())
+        checks.append(CalibrationCheck(model_version=str(version), checked_at=now, labelled=len(rows),
+                                       ece=report.ece))
+    return checks
+
+
+def read_checks(monitoring_dir: Path) -> dict[str, CalibrationCheck]:
+    path = monitoring_dir / CHECKS_FILE
+    if not path.exists():
+        return {}
+    stored = json.loads(path.read_text(encoding="utf-8"))
+    return {version: CalibrationCheck.model_validate(check) for version, check in stored.items()}
+
+
+def save_checks(monitoring_dir: Path, checks: list[CalibrationCheck]) -> None:
+    """The new checks replace the stored ones of their versions; other versions' checks stay."""
+    merged = read_checks(monitoring_dir) | {check.model_version: check for check in checks}
+    monitoring_dir.mkdir(parents=True, exist_ok=True)
+    (monitoring_dir / CHECKS_FILE).write_text(
+        json.dumps({version: check.model_dump(mode="json") for version, check in sorted(merged.items())}, indent=2),
+        encoding="utf-8")
