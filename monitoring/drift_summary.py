@@ -1,11 +1,12 @@
 """The top of a drift report: the features by severity, as a table above Evidently's sections and
-as the few worst named by the CLI, so what drifted is read first."""
+as the few worst named by the CLI, so what drifted is read first; then the estimated quality."""
 
 from __future__ import annotations
 
 from html import escape
 
 from monitoring.drift import LEVELS, DriftReport, DriftThresholds, FeatureDrift, Level
+from monitoring.estimated_quality import JUDGED, EstimatedQuality, Interval
 
 _COLOURS = {"INFO": "#2e7d32", "WARNING": "#ef6c00", "CRITICAL": "#c62828"}
 
@@ -58,6 +59,23 @@ def summary_html(report: DriftReport, limits: DriftThresholds | None = None) -> 
             f"<table border='1' cellpadding='4' style='border-collapse:collapse'>"
             f"<tr><th>feature</th><th>level</th><th>score</th><th>test</th><th>p-value</th><th>rows</th>"
             f"<th>note</th></tr>{rows}</table></section>")
+
+
+def estimate_html(estimated: list[EstimatedQuality]) -> str:
+    """The quality the window is expected to have without labels, per role, against the reference."""
+    def cell(interval: Interval) -> str:
+        return f"{interval.estimate:.3f} [{interval.low:.3f}, {interval.high:.3f}]"
+
+    rows = "".join(
+        f"<tr><td>{escape(e.role)}</td><td style='color:{_COLOURS[e.level]};font-weight:bold'>{e.level}</td>"
+        + "".join(f"<td>{cell(e.estimate.metric(m))}</td><td>"
+                  f"{'' if e.reference is None else f'{e.reference.metric(m).estimate:.3f}'}</td>" for m in JUDGED)
+        + f"<td>{escape(e.note)}</td></tr>" for e in estimated)
+    headers = "".join(f"<th>estimated {m} [95 %]</th><th>reference {m}</th>" for m in JUDGED)
+    return (f"<section id='estimated-quality' style='font-family:sans-serif;margin:16px'>"
+            f"<h3>Quality estimated without labels</h3>"
+            f"<table border='1' cellpadding='4' style='border-collapse:collapse'>"
+            f"<tr><th>role</th><th>level</th>{headers}<th>note</th></tr>{rows}</table></section>")
 
 
 def prepend_summary(html: str, summary: str) -> str:

@@ -20,7 +20,7 @@ from mlops.settings import Settings
 from monitoring import actions, metrics
 from monitoring.calibration_guard import read_checks
 from monitoring.drift import DriftReport, DriftThresholds, compute_drift, max_level
-from monitoring.drift_summary import by_severity, describe, prepend_summary, summary_html
+from monitoring.drift_summary import by_severity, describe, estimate_html, prepend_summary, summary_html
 from monitoring.estimated_quality import METRICS, EstimatedQuality, EstimateThresholds, estimate_roles
 from monitoring.evidently_report import evidently_snapshot, render_html
 from monitoring.references import fetch_profile
@@ -91,11 +91,13 @@ def _worst(reports: list[DriftReport], count: int = 3) -> list[str]:
 
 
 def _report_html(settings: Settings, report: DriftReport, window: pd.DataFrame, now: datetime,
-                 limits: DriftThresholds) -> str:
+                 limits: DriftThresholds, estimated: list[EstimatedQuality]) -> str:
     profile = fetch_profile(settings, report.model_name, report.model_version)
     path = settings.monitoring_dir / "reports" / f"drift-{now:%Y%m%dT%H%M%S}-v{report.model_version}.html"
     render_html(evidently_snapshot(report, profile, window), path)
-    path.write_text(prepend_summary(path.read_text(encoding="utf-8"), summary_html(report, limits)), encoding="utf-8")
+    ours = [e for e in estimated if e.model_version == report.model_version]
+    top = summary_html(report, limits) + estimate_html(ours)
+    path.write_text(prepend_summary(path.read_text(encoding="utf-8"), top), encoding="utf-8")
     return str(path)
 
 
@@ -143,7 +145,7 @@ def run_drift(settings: MonitoringSettings, spec: WindowSpec, *, limits: DriftTh
         model_versions=[r.model_version for r in reports], rows=len(window), level=level,
         reason=_reason(reports, estimated), estimates=estimated,
         scores={f"v{r.model_version}/{f.feature}": f.score for r in reports for f in r.features if f.score is not None},
-        actions=planned, report_paths=[_report_html(settings, r, w, now, limits) for r, w in judged],
+        actions=planned, report_paths=[_report_html(settings, r, w, now, limits, estimated) for r, w in judged],
         worst=_worst(reports))
     record = _act(settings, contract, window, record, now)
     actions.append_history(settings.monitoring_dir, record)

@@ -75,6 +75,9 @@ def test_a_zeroed_feature_raises_the_estimated_level_before_any_label(
     assert estimated.estimate.f1.high < estimated.reference.f1.estimate
     assert f"v{version}/champion estimated quality {estimated.level}: estimated f1" in record.reason
     assert f"mlops_estimated_quality_level{{{key}}} 0.0" not in exported
+    html = Path(record.report_paths[0]).read_text()
+    section = html[html.index("<section id='estimated-quality'"):]
+    assert f"font-weight:bold'>{estimated.level}<" in section[:section.index("</section>")]
     shown = runner.invoke(app, ["drift", "run", "--since", "1d"])
     assert f"estimated quality v{version}/champion {estimated.level}: F1" in " ".join(shown.output.split())
 

@@ -1,21 +1,26 @@
 """The MLflow runs list says which run promoted which version: after evaluate decides, the pipeline's
 run is named ``<pipeline> v<version> <decision>`` and holds the decision and the test metrics; the
-experiment opens in MLflow's model-training layout, and the demo's link opens its runs list."""
+experiment opens in MLflow's model-training layout, and the demo's link opens its runs list; the
+version's reference profile records its threshold."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import mlflow
 import pytest
 from rich.console import Console
 
 from mlops import registry
 from mlops.data.generator import generate_transactions
 from mlops.settings import Settings
+from monitoring.estimated_quality import reference_estimate
+from monitoring.references import fetch_profile
 from pipelines.demo import print_next_steps
 from pipelines.orchestration.runner import run_pipeline
 from pipelines.steps.deploy import MAX_VERSION_TAGS
+from pipelines.steps.evaluate import EvaluationReport
 
 
 def test_an_inline_run_is_named_after_its_outcome_and_holds_the_decision_and_test_metrics(
@@ -51,6 +56,13 @@ def test_an_inline_run_is_named_after_its_outcome_and_holds_the_decision_and_tes
     assert {"evaluation/pr_curve.png", "evaluation/report.json"} <= artifacts
     kind = client.get_experiment(experiment).tags[registry.EXPERIMENT_KIND_TAG]
     assert kind == "custom_model_development"
+    # The drift job's reference holds the version's threshold, so its quality can be estimated without labels.
+    report = EvaluationReport.model_validate_json(
+        Path(mlflow.artifacts.download_artifacts(run_id=outcome.run_id, artifact_path="evaluation/report.json",
+                                                 dst_path=str(tmp_path / "report"))).read_text())
+    profile = fetch_profile(settings, settings.model_name, "1")
+    assert profile.threshold == report.candidate.threshold
+    assert reference_estimate(profile) is not None
 
 
 def test_the_demo_links_the_experiments_runs_list(settings: Settings) -> None:
