@@ -53,6 +53,7 @@ from mlops.contract import load_contract
 from mlops.features import compute_features, empty_history
 from mlops.inference import OnnxModel
 from mlops.settings import Settings
+from mlops.store_location import relocate_store
 from serving.oip_grpc import inference_pb2 as pb
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,10 +101,14 @@ def copy_home(home: Path, copy: Path) -> Path:
     """The registry and feature store of ``home`` in ``copy``: the benchmark's transactions are
     recorded there, never in the user's online store, and every run starts from the same histories
     (each /predict appends to its card's and merchant's history, so a reused store would slow down
-    run after run). Model artifacts are read where the registry points, under ``home``."""
+    run after run). The model artifacts are copied too and the copy's store pointed at them, as
+    ``mlops init`` does for a moved home (a copy that read the original's would be refused)."""
     copy.mkdir(parents=True)
     shutil.copy2(home / "mlflow.db", copy / "mlflow.db")
     shutil.copytree(home / "feast", copy / "feast", ignore=shutil.ignore_patterns("*-shm"))
+    original = Settings(home=home)
+    shutil.copytree(original.artifact_root, copy / original.artifact_root.relative_to(original.resolved_home))
+    relocate_store(Settings(home=copy.resolve()))
     return copy.resolve()
 
 
