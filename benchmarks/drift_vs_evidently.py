@@ -48,6 +48,9 @@ def make_frame(rows: int, seed: int, drifted: bool) -> pd.DataFrame:
     logit = 0.8 * (np.log(columns["num_0"]) - 1.0) + 0.3 * columns["count_0"] - 3.0
     columns["probability"] = 1 / (1 + np.exp(-logit))
     columns["unknown_categories"] = [[] for _ in range(rows)]
+    # A week of evenly spread events: the score tests judge whole days, here the whole window.
+    columns["event_timestamp"] = pd.Timestamp("2026-01-01", tz="UTC") + pd.to_timedelta(
+        np.linspace(0, 7 * 86_400, rows, endpoint=False), unit="s")
     return pd.DataFrame(columns)
 
 
