@@ -105,10 +105,12 @@ def _log_to_mlflow(settings: Settings, reports: list[DriftReport], record: actio
     import mlflow
 
     from mlops import registry
+    from mlops.registry_client import activate
 
     # Created like the training experiment, so a local store keeps its artifacts under home (not ./mlruns).
     monitoring = settings.model_copy(update={"experiment": f"{settings.experiment}-monitoring"})
     experiment_id = registry.ensure_experiment(monitoring)
+    activate(monitoring)  # the drift run logs through MLflow's fluent API
     with mlflow.start_run(experiment_id=experiment_id, run_name=f"drift-{record.run_at:%Y%m%dT%H%M%S}"):
         mlflow.set_tags({"level": record.level, "actions": ",".join(record.actions),
                          "model_versions": ",".join(record.model_versions)})

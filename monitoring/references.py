@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-from mlops import registry
 from mlops.errors import NotFoundError
 from mlops.reference_profile import PROFILE_ARTIFACT, ReferenceProfile, load_profile, save_profile
+from mlops.registry_client import connect
 from mlops.settings import Settings
 
 
@@ -18,21 +18,20 @@ def cached_profile_path(settings: Settings, model_name: str, version: str) -> Pa
 
 def fetch_profile(settings: Settings, model_name: str, version: str) -> ReferenceProfile:
     """The profile stored with ``model_name`` ``version``; NotFoundError naming what is missing."""
-    import mlflow
     from mlflow.exceptions import MlflowException
 
     cached = cached_profile_path(settings, model_name, version)
     if cached.exists():
         return load_profile(cached)
-    mlflow_client = registry.client(settings)
+    stores = connect(settings)
     try:
-        run_id = mlflow_client.get_model_version(model_name, version).run_id
+        run_id = stores.client.get_model_version(model_name, version).run_id
     except MlflowException as exc:
         raise NotFoundError(f"model {model_name} version {version} is not registered: {exc.message}") from exc
     with TemporaryDirectory() as tmp:
         try:
-            local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=PROFILE_ARTIFACT, dst_path=tmp)
+            local = stores.download(Path(tmp), run_id=run_id, artifact_path=PROFILE_ARTIFACT)
         except (MlflowException, OSError) as exc:
             raise NotFoundError(f"model {model_name} version {version} has no reference profile ({PROFILE_ARTIFACT} "
                                 f"in run {run_id}); it predates profiles: retrain it") from exc
-        return load_profile(save_profile(load_profile(Path(local)), cached))
+        return load_profile(save_profile(load_profile(local), cached))

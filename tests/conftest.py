@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from mlflow_writes import MlflowGlobalWrites, count_global_writes
 
 from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
@@ -148,3 +149,10 @@ def settings(mlflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("MLOPS_HOME", str(mlflow_home))
     return Settings()
+
+
+
+@pytest.fixture
+def mlflow_global_writes(monkeypatch: pytest.MonkeyPatch) -> MlflowGlobalWrites:
+    """Counts MLflow's global writes from here to the end of the test (the real functions still run)."""
+    return count_global_writes(monkeypatch)

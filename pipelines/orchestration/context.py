@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from mlops import registry
 from mlops.contract import DataContract, load_contract
+from mlops.registry_client import activate
 from mlops.settings import Settings
 from pipelines.orchestration.declaration import STEPS, Step, record_type
 from pipelines.orchestration.records import StepRecord, read_record
@@ -29,7 +29,7 @@ class StepContext:
 
     @classmethod
     def of(cls, settings: Settings, *, separate_model_run: bool = False) -> StepContext:
-        registry.client(settings)  # MLflow's process-wide URIs, once
+        activate(settings)  # the steps log through MLflow's fluent API: its global URIs, once
         return cls(settings, load_contract(settings.contract_path), separate_model_run)
 
 

@@ -16,13 +16,13 @@ from pathlib import Path
 import mlflow
 import pandas as pd
 from mlflow.entities import Run
-from mlflow.tracking import MlflowClient
 
 from mlops import registry
 from mlops.calibration import calibration_report
 from mlops.contract import load_contract
 from mlops.errors import InputError, NotFoundError, TrainingError
 from mlops.inference import OnnxModel
+from mlops.registry_client import activate, connect
 from mlops.settings import Settings
 from pipelines.steps.evaluate import compute_metrics
 from pipelines.training.entry import file_sha256, run_training
@@ -44,15 +44,14 @@ class TrainReport:
 
 
 def new_run(settings: Settings, tags: dict[str, str]) -> str:
-    registry.client(settings)
     experiment_id = registry.ensure_experiment(settings)
-    return str(MlflowClient().create_run(experiment_id, tags=tags).info.run_id)
+    return str(registry.client(settings).create_run(experiment_id, tags=tags).info.run_id)
 
 
 def train_and_export(paths: dict[str, Path], out_dir: Path, checkpoint_dir: str, settings: Settings, *,
                      run_id: str | None = None, params: TrainParams | None = None) -> TrainReport | None:
     """Train, export and score the test split; None on ranks other than 0."""
-    registry.client(settings)
+    activate(settings)  # training logs through MLflow's fluent API
     given_run = run_id
     if run_id is None and os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 alone opens a run
         run_id = new_run(settings, {"entry": "mlops train"})
@@ -77,11 +76,11 @@ def train_and_export(paths: dict[str, Path], out_dir: Path, checkpoint_dir: str,
                        onnx_path=export.onnx_path, model_uri=exported.model_uri)
 
 
-def recorded_inputs(run_id: str, into: Path) -> tuple[Run, TrainParams, dict[str, Path]]:
+def recorded_inputs(settings: Settings, run_id: str, into: Path) -> tuple[Run, TrainParams, dict[str, Path]]:
     """The training settings and split files a run logged, the files checked against their logged hashes."""
-    client = MlflowClient()
+    stores = connect(settings)
     try:
-        run = client.get_run(run_id)
+        run = stores.client.get_run(run_id)
     except mlflow.exceptions.MlflowException as exc:
         raise NotFoundError(f"no MLflow run {run_id!r}: {exc.message}") from exc
     logged = run.data.params
@@ -89,8 +88,7 @@ def recorded_inputs(run_id: str, into: Path) -> tuple[Run, TrainParams, dict[str
         params = params_from_run(logged)
     except ValueError as exc:
         raise InputError(f"run {run_id} did not record its training settings (not a training run?)") from exc
-    local = Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=TRAINING_DATA_ARTIFACTS,
-                                                     dst_path=str(into)))
+    local = stores.download(into, run_id=run_id, artifact_path=TRAINING_DATA_ARTIFACTS)
     paths = {name: logged_split(local, name) for name in ("train", "validation", "test")}
     for name, path in paths.items():
         expected = logged.get(f"{name}_sha256")
@@ -108,9 +106,8 @@ def logged_split(folder: Path, name: str) -> Path:
 
 def reproduce(run_id: str, out_dir: Path, settings: Settings) -> tuple[TrainReport, dict[str, tuple[str, str]]]:
     """Re-run ``run_id`` from its recorded inputs in a new run; returns the report and {name: (then, now)}."""
-    registry.client(settings)
     with tempfile.TemporaryDirectory() as tmp:
-        original, params, paths = recorded_inputs(run_id, Path(tmp) / "data")
+        original, params, paths = recorded_inputs(settings, run_id, Path(tmp) / "data")
         again = new_run(settings, {"entry": "mlops train --reproduce", "reproduces": run_id})
         # A fresh checkpoint folder: resuming the original's final checkpoint would prove nothing.
         report = train_and_export(paths, out_dir, str(Path(tmp) / "checkpoints"), settings, run_id=again,

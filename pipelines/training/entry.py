@@ -25,6 +25,7 @@ import torch
 from mlops.contract import DataContract, load_contract
 from mlops.errors import MLOpsError
 from mlops.model import fit_vocabularies
+from mlops.registry_client import activate
 from mlops.settings import Settings
 from pipelines.splits import split_paths
 from pipelines.training import distributed
@@ -101,6 +102,7 @@ def run_training(paths: dict[str, Path], out_dir: Path, checkpoint_dir: str, *, 
                 from pipelines.training.lineage import log_split_datasets
                 from pipelines.training.tracking import log_training
 
+                activate(settings)  # the logging goes through MLflow's global URIs (a torchrun rank too)
                 log_training(run_id, params, result, fingerprint=fingerprint, data=paths, data_sha256=data_sha256)
                 log_split_datasets(run_id, paths, data_sha256, contract)
     finally:

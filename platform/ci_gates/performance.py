@@ -15,6 +15,7 @@ from ci_gates.outcome import GateOutcome, failed, passed
 from ci_gates.settings import GateSettings
 from mlops import registry
 from mlops.errors import NotFoundError, RegistryError
+from mlops.registry_client import Registry, connect
 
 GATE = "performance"
 
@@ -37,7 +38,7 @@ def performance_gate(settings: GateSettings, candidate: str | None = None) -> Ga
         served = registry.download_version(settings, candidate, Path(tmp) / "candidate")
         if served.run_id is None:
             raise NotFoundError(f"version {candidate} has no run, so no test split to score it on")
-        test = pd.read_parquet(_test_split(served.run_id, candidate, Path(tmp) / "data"))
+        test = pd.read_parquet(_test_split(connect(settings), served.run_id, candidate, Path(tmp) / "data"))
         labels = test[contract.label_column].to_numpy().astype(int)
 
         def f1_of(path: Path) -> float:
@@ -61,17 +62,15 @@ def performance_gate(settings: GateSettings, candidate: str | None = None) -> Ga
     return failed(GATE, checked, "; ".join(reasons)) if reasons else passed(GATE, checked)
 
 
-def _test_split(run_id: str, version: str, into: Path) -> Path:
+def _test_split(stores: Registry, run_id: str, version: str, into: Path) -> Path:
     """The candidate run's logged test split (``training_data/test.parquet``, or ``test`` from a pipeline run)."""
-    import mlflow
     from mlflow.exceptions import MlflowException
 
     from pipelines.training.command import logged_split
     from pipelines.training.tracking import TRAINING_DATA_ARTIFACTS
 
     try:
-        folder = Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=TRAINING_DATA_ARTIFACTS,
-                                                          dst_path=str(into)))
+        folder = stores.download(into, run_id=run_id, artifact_path=TRAINING_DATA_ARTIFACTS)
     except MlflowException as exc:
         if getattr(exc, "error_code", "") != "RESOURCE_DOES_NOT_EXIST":
             raise RegistryError(f"tracking store failed reading run {run_id}'s test split: {exc.message}") from exc

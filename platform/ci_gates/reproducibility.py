@@ -33,7 +33,7 @@ def reproducibility_gate(settings: Settings, run_id: str | None = None) -> GateO
 
     run = newest_run(settings, TRAINED, run_id)
     with tempfile.TemporaryDirectory() as tmp:
-        _, params, paths = recorded_inputs(run.info.run_id, Path(tmp) / "data")
+        _, params, paths = recorded_inputs(settings, run.info.run_id, Path(tmp) / "data")
         return check_reproducibility(paths, [params, params], settings, origin=f"run {run.info.run_id[:12]}",
                                      workdir=Path(tmp))
 

@@ -11,7 +11,6 @@ version, why) as a tag on the registered model.
 
 from __future__ import annotations
 
-import os
 import warnings
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,9 +27,9 @@ from mlops.errors import (
     PromotionConflictError,
     RegistryError,
 )
-from mlops.preflight import check_tracking_store, local_store_path
+from mlops.preflight import local_store_path
+from mlops.registry_client import activate, connect
 from mlops.settings import Settings
-from mlops.store_location import check_home_location
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -70,25 +69,8 @@ class ServedModel:
 
 
 def client(settings: Settings) -> MlflowClient:
-    """A client bound to the settings' stores (sets the process-wide URIs and retries for fluent calls too).
-
-    A tracking URI set explicitly must name a store that exists (RegistryError otherwise): only
-    :func:`create_store` (``mlops init``) and the embedded home's first use create one.
-    """
-    import mlflow
-
-    if settings.tracking_uri:
-        check_tracking_store(settings.tracking_uri)
-    check_home_location(settings)  # a copied home would read the original's artifacts
-    settings.resolved_home.mkdir(parents=True, exist_ok=True)
-    # MLflow reads these on every call; there is no API for them. Short by default: an outage is
-    # reported in seconds, not after MLflow's minutes of retries.
-    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(settings.tracking_http_retries)
-    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = f"{settings.tracking_http_timeout_s:g}"
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")  # an int: MLflow refuses 0.5
-    mlflow.set_tracking_uri(settings.resolved_tracking_uri)
-    mlflow.set_registry_uri(settings.registry_uri or settings.resolved_tracking_uri)
-    return mlflow.MlflowClient()
+    """The process's client of the settings' stores (:func:`mlops.registry_client.connect`); sets no global state."""
+    return connect(settings).client
 
 
 def create_store(settings: Settings) -> Path | None:
@@ -165,20 +147,20 @@ def alias_version(settings: Settings, alias: str | None = None) -> str | None:
 
 def download_version(settings: Settings, version: str, dest: Path) -> ServedModel:
     """Download one registered version's ONNX file; raises NotFoundError when it is not there."""
-    import mlflow
     from mlflow.exceptions import MlflowException
 
-    mlflow_client = client(settings)
+    stores = connect(settings)
+    model_version = None
     try:
-        model_version = mlflow_client.get_model_version(settings.model_name, version)
-        local = mlflow.artifacts.download_artifacts(
-            artifact_uri=f"models:/{settings.model_name}/{version}", dst_path=str(dest)
-        )
+        model_version = stores.client.get_model_version(settings.model_name, version)
+        local = stores.download_version(settings.model_name, version, dest)
     except MlflowException as exc:
+        if _missing(exc) and model_version is not None:  # the version is registered, its files are gone
+            raise NotFoundError(f"model {settings.model_name} version {version} has no {ONNX_FILE}") from exc
         if _missing(exc):
             raise NotFoundError(f"model {settings.model_name} version {version} not found: {exc.message}") from exc
         raise RegistryError(f"model registry failed reading version {version}: {exc.message}") from exc
-    onnx_path = Path(local) / ONNX_FILE
+    onnx_path = local / ONNX_FILE
     if not onnx_path.exists():
         raise NotFoundError(f"model {settings.model_name} version {version} has no {ONNX_FILE}")
     return ServedModel(settings.model_name, version, model_version.run_id, onnx_path)
@@ -200,7 +182,7 @@ def register_version(settings: Settings, model_uri: str, run_id: str, tags: dict
     """Register ``model_uri`` as a new version of the model; returns the version number."""
     import mlflow
 
-    client(settings)
+    activate(settings)  # register_model is fluent: it reads the global registry URI
     version = mlflow.register_model(model_uri, settings.model_name, tags={**tags, "run_id": run_id})
     return str(version.version)
 

@@ -7,6 +7,7 @@ from onnx import TensorProto, helper
 from typer.testing import CliRunner
 
 from mlops import registry
+from mlops.registry_client import activate
 from mlops.settings import Settings
 from mlops_cli.app import app
 
@@ -20,7 +21,9 @@ def _two_versions(settings: Settings) -> tuple[str, str]:
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch"])],
                               [helper.make_tensor_value_info("probability", TensorProto.FLOAT, ["batch"])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
-    with mlflow.start_run(experiment_id=registry.ensure_experiment(settings)) as run:
+    experiment_id = registry.ensure_experiment(settings)
+    activate(settings)  # log_model is fluent
+    with mlflow.start_run(experiment_id=experiment_id) as run:
         info = mlflow.onnx.log_model(model, name="model", pip_requirements=["onnxruntime"])
     first = registry.register_version(settings, info.model_uri, run.info.run_id, {})
     second = registry.register_version(settings, info.model_uri, run.info.run_id, {})

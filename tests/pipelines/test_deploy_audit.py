@@ -8,6 +8,7 @@ import mlflow.onnx
 from onnx import TensorProto, helper
 
 from mlops import registry
+from mlops.registry_client import activate
 from mlops.settings import Settings
 from pipelines.orchestration.context import StepContext
 from pipelines.orchestration.records import EvaluateRecord
@@ -19,7 +20,9 @@ def _registered(settings: Settings, production_at_evaluation: str) -> tuple[str,
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch"])],
                               [helper.make_tensor_value_info("probability", TensorProto.FLOAT, ["batch"])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
-    with mlflow.start_run(experiment_id=registry.ensure_experiment(settings)) as run:
+    experiment_id = registry.ensure_experiment(settings)
+    activate(settings)  # log_model is fluent
+    with mlflow.start_run(experiment_id=experiment_id) as run:
         info = mlflow.onnx.log_model(model, name="model", pip_requirements=["onnxruntime"])
     version = registry.register_version(settings, info.model_uri, run.info.run_id, {
         "decision": "promote", "production_version_at_evaluation": production_at_evaluation})

@@ -1,7 +1,8 @@
 """The MLflow runs list says which run promoted which version: after evaluate decides, the pipeline's
 run is named ``<pipeline> v<version> <decision>`` and holds the decision and the test metrics; the
 experiment opens in MLflow's model-training layout, and the demo's link opens its runs list; the
-version's reference profile records its threshold."""
+version's reference profile records its threshold. The run writes MLflow's process-wide state (global
+URIs, MLFLOW_HTTP_* limits) at most once: its steps share one registry client (mlops.registry_client)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import mlflow
 import pytest
+from mlflow_writes import MlflowGlobalWrites
 from rich.console import Console
 
 from mlops import registry
@@ -24,13 +26,16 @@ from pipelines.steps.evaluate import EvaluationReport
 
 
 def test_an_inline_run_is_named_after_its_outcome_and_holds_the_decision_and_test_metrics(
-        mlflow_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        mlflow_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        mlflow_global_writes: MlflowGlobalWrites) -> None:
     monkeypatch.setenv("MLOPS_HOME", str(mlflow_home))
     monkeypatch.setenv("MLOPS_MAX_EPOCHS", "2")
     settings = Settings()
     source = tmp_path / "transactions.parquet"
     generate_transactions(3000, seed=7, fraud_rate=0.08).to_parquet(source, index=False)
     outcome = run_pipeline(str(source), settings, run_name="named-after-outcome", runner="inline")
+    assert mlflow_global_writes.uri_calls["set_tracking_uri"] <= 1, mlflow_global_writes  # was 16 per run
+    assert mlflow_global_writes.most <= 1, mlflow_global_writes
     assert outcome.version == "1"
     assert outcome.decision in {"promote", "reject"}  # 2 epochs may miss the quality gates
     client = registry.client(settings)

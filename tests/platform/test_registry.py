@@ -13,6 +13,7 @@ from onnx import TensorProto, helper
 
 from mlops import registry
 from mlops.errors import InputError, ModelNotReadyError, NotFoundError, PromotionConflictError, RegistryError
+from mlops.registry_client import activate
 from mlops.settings import Settings
 
 
@@ -29,6 +30,7 @@ def _logged_model(settings: Settings) -> tuple[str, str]:
     import mlflow.onnx
 
     experiment_id = registry.ensure_experiment(settings)
+    activate(settings)  # log_model is fluent
     with mlflow.start_run(experiment_id=experiment_id) as run:
         info = mlflow.onnx.log_model(_identity_model(), name="model", pip_requirements=["onnxruntime"])
     return info.model_uri, run.info.run_id

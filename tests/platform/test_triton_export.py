@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from mlops import registry
 from mlops.errors import InputError
+from mlops.registry_client import activate
 from mlops.settings import Settings
 from mlops.triton_export import write_repository
 from mlops_cli.app import app
@@ -62,7 +63,9 @@ def test_a_version_that_is_not_a_positive_integer_is_refused(tmp_path: Path) -> 
 def test_the_cli_exports_the_serving_version_from_the_registry(settings: Settings, tmp_path: Path) -> None:
     import mlflow.onnx
 
-    with mlflow.start_run(experiment_id=registry.ensure_experiment(settings)) as run:
+    experiment_id = registry.ensure_experiment(settings)
+    activate(settings)  # log_model is fluent
+    with mlflow.start_run(experiment_id=experiment_id) as run:
         info = mlflow.onnx.log_model(_graph(), name="model", pip_requirements=["onnxruntime"])
     version = registry.register_version(settings, info.model_uri, run.info.run_id, {})
     registry.promote(settings, version, expected=None, actor="test")

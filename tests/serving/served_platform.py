@@ -24,6 +24,7 @@ from feature_repo.store import materialize_online, publish_features
 from mlops import feature_store, registry
 from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
+from mlops.registry_client import activate
 from mlops.store_location import relocate_store
 from pipelines.training.export import export_and_check, log_model_to_mlflow
 from pipelines.training.trainer import TrainParams, train_model
@@ -67,7 +68,7 @@ def build_platform(settings: ServingSettings) -> ServedPlatform:
                                                  "contract_sha256": contract.fingerprint})
 
     experiment_id = registry.ensure_experiment(settings)
-    client = registry.client(settings)
+    client = activate(settings).client  # log_model_to_mlflow is fluent
     run_id = client.create_run(experiment_id).info.run_id
     model_uri = log_model_to_mlflow(run_id, export)
     client.set_terminated(run_id)

@@ -34,6 +34,7 @@ from mlops.features import compute_features, empty_history
 from mlops.inference import OnnxModel
 from mlops.prediction_frame import read_prediction_frame
 from mlops.prediction_log import log_dir, read_predictions
+from mlops.registry_client import activate
 from mlops.settings import Settings
 
 TOKEN = "test-admin-token"
@@ -70,6 +71,7 @@ def _register_broken(platform: ServedPlatform) -> str:
     onnx.helper.set_model_props(model, {**{p.key: p.value for p in model.metadata_props},
                                         "contract_sha256": "0" * 64})
     experiment_id = registry.ensure_experiment(platform.settings)
+    activate(platform.settings)  # log_model is fluent
     with mlflow.start_run(experiment_id=experiment_id) as run:
         info = mlflow.onnx.log_model(model, name="model", pip_requirements=["onnxruntime"])
     return registry.register_version(platform.settings, info.model_uri, run.info.run_id, {"test": "broken"})
