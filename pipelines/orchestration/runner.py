@@ -60,6 +60,7 @@ def run_log_path(settings: Settings, run_name: str) -> Path:
 def run_pipeline(source: str, settings: Settings, *, package: Path = COMPILED_PIPELINE,
                  run_name: str | None = None, verbose: bool = False,
                  on_step: Callable[[StepReport], None] | None = None,
+                 on_start: Callable[[], None] | None = None,
                  since: str = "", until: str = "", last_weeks: int = 0, runner: Runner = "kfp",
                  steps: tuple[Step, ...] = STEPS) -> PipelineOutcome:
     """Execute ``package`` on ``source``; raises PipelineError naming the failed step.
@@ -69,11 +70,16 @@ def run_pipeline(source: str, settings: Settings, *, package: Path = COMPILED_PI
     ``since``/``until``/``last_weeks`` are the training window (:mod:`mlops.data.training_window`);
     not given, the run trains on all the data.
 
-    Streamed logs go to :func:`run_log_path` (and to stdout too when ``verbose``); ``on_step`` gets
-    each finished step with its duration and headline.
+    Streamed logs go to :func:`run_log_path` (and to stdout too when ``verbose``); ``on_start`` is
+    called once the run has passed its preflight (the one of the run: callers do not repeat it), and
+    ``on_step`` gets each finished step with its duration and headline.
     """
     check_source(source)
     check_tracking_server(settings.resolved_tracking_uri)
+    if settings.tracking_uri:  # an explicit local store must exist (`mlops init` creates one)
+        check_tracking_store(settings.tracking_uri)
+    if on_start is not None:
+        on_start()
     settings = _with_tracking_store(settings)
     run_name = run_name or new_run_name(settings)
     settings.kfp_root.mkdir(parents=True, exist_ok=True)
@@ -113,11 +119,10 @@ def run_pipeline(source: str, settings: Settings, *, package: Path = COMPILED_PI
 def _with_tracking_store(settings: Settings) -> Settings:
     """The settings with the tracking store named explicitly, so that no step creates one.
 
-    An explicit local store must exist (`mlops init` creates one); the embedded home's store is
-    created here on its first run. Steps then refuse a store that disappears mid-run.
+    The embedded home's store is created here on its first run. Steps then refuse a store that
+    disappears mid-run.
     """
     if settings.tracking_uri:
-        check_tracking_store(settings.tracking_uri)
         return settings
     registry.create_store(settings)
     return settings.model_copy(update={"tracking_uri": settings.resolved_tracking_uri})

@@ -1,7 +1,8 @@
 """The ``mlops`` command line: the root command, its small commands, and the command groups registered
 from their modules (data.py, pipeline.py, train.py, model.py, monitor.py, step.py, predictions.py ...).
 Errors print one line and exit non-zero: 2 for bad input (including data that breaks its contract),
-1 for everything else.
+1 for everything else; an MLOpsError from any command is turned into that line in one place, the root
+command's group (output.OneLineErrors).
 
 Answering at once: the command modules import only typer, rich's console and mlops.errors. A command
 checks its arguments and files first, then loads settings, then imports what does the work
@@ -15,14 +16,12 @@ from typing import Annotated
 
 import typer
 
-from mlops.errors import MLOpsError
 from mlops_cli.contract import contract_app
 from mlops_cli.data import data_app, features_app
 from mlops_cli.init import register as register_init
 from mlops_cli.model import model_app
 from mlops_cli.monitor import drift_app, labels_app
-from mlops_cli.output import console
-from mlops_cli.output import fail as _fail
+from mlops_cli.output import OneLineErrors, console
 from mlops_cli.output import load_settings as _settings
 from mlops_cli.pipeline import demo_command, pipeline_app
 from mlops_cli.predict import predict_command
@@ -31,7 +30,7 @@ from mlops_cli.step import step_app
 from mlops_cli.train import train_command
 
 app = typer.Typer(help="MLOps platform: data -> validated features -> model -> registry -> endpoint.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
+                  no_args_is_help=True, pretty_exceptions_enable=False, cls=OneLineErrors)
 app.add_typer(data_app, name="data")
 app.add_typer(features_app, name="features")
 app.add_typer(contract_app, name="contract")
@@ -71,10 +70,7 @@ def serve_command(
     from serving.settings import ServingSettings
 
     settings = _settings(ServingSettings)
-    try:
-        run(settings, workers=workers)
-    except MLOpsError as exc:
-        _fail(exc)
+    run(settings, workers=workers)
 
 
 app.command("train")(train_command)

@@ -7,10 +7,8 @@ from typing import Annotated
 
 import typer
 
-from mlops.errors import MLOpsError
 from mlops_cli.output import console, hint
 from mlops_cli.output import error_exit as _error_exit
-from mlops_cli.output import fail as _fail
 
 contract_app = typer.Typer(help="Draft a data contract from your data; check data against a contract.",
                            no_args_is_help=True)
@@ -40,11 +38,8 @@ def draft_command(
         _error_exit(f"{out} exists (an edited contract?); pass --force to overwrite it", 2)
     from mlops.contract_draft import draft_contract
 
-    try:
-        with console.status(f"reading {data}"):
-            draft = draft_contract(data, label=label, name=name)
-    except MLOpsError as exc:
-        _fail(exc)
+    with console.status(f"reading {data}"):
+        draft = draft_contract(data, label=label, name=name)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(draft.text)
     contract = draft.contract
@@ -70,12 +65,9 @@ def check_command(
     from mlops.contract import load_contract
     from mlops.contract_check import check_data
 
-    try:
-        contract = load_contract(contract_path)
-        with console.status(f"checking {data}"):
-            report = check_data(data, contract)
-    except MLOpsError as exc:
-        _fail(exc)
+    contract = load_contract(contract_path)
+    with console.status(f"checking {data}"):
+        report = check_data(data, contract)
     for note in report.notes:
         console.print(f"note: {note}", highlight=False)
     for problem in report.problems:

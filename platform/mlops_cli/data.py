@@ -8,10 +8,8 @@ from typing import Annotated
 
 import typer
 
-from mlops.errors import MLOpsError
 from mlops_cli.output import console, time_or_now
 from mlops_cli.output import error_exit as _error_exit
-from mlops_cli.output import fail as _fail
 from mlops_cli.output import load_settings as _settings
 
 data_app = typer.Typer(help="Generate and ingest raw data.", no_args_is_help=True)
@@ -35,13 +33,10 @@ def generate(
 
     if scenario not in SCENARIOS:
         _error_exit(f"unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}", 2)
-    try:
-        contract = load_contract(_settings().contract_path)
-        write = example_generator(contract)
-        with console.status(f"generating {rows:,} rows of {contract.name}"):
-            positive_share = write(out, rows, contract, seed=seed, scenario=scenario, fraud_rate=fraud_rate)
-    except MLOpsError as exc:
-        _fail(exc)
+    contract = load_contract(_settings().contract_path)
+    write = example_generator(contract)
+    with console.status(f"generating {rows:,} rows of {contract.name}"):
+        positive_share = write(out, rows, contract, seed=seed, scenario=scenario, fraud_rate=fraud_rate)
     console.print(f"wrote {rows:,} rows of {contract.name} ({positive_share:.2%} {contract.decisions.positive}) "
                   f"to {out}")
 
@@ -54,15 +49,12 @@ def ingest_command(source: Annotated[str, typer.Argument(help="CSV/Parquet path 
     from mlops.preflight import check_source
 
     settings = _settings()
-    try:
-        contract = load_contract(settings.contract_path)
-        check_source(source)
-        check_source_columns(source, contract)  # a missing column is named before pandas is even imported
-        from mlops.data.ingest import ingest
+    contract = load_contract(settings.contract_path)
+    check_source(source)
+    check_source_columns(source, contract)  # a missing column is named before pandas is even imported
+    from mlops.data.ingest import ingest
 
-        snapshot = ingest(source, settings.snapshots_dir, contract)
-    except MLOpsError as exc:
-        _fail(exc)
+    snapshot = ingest(source, settings.snapshots_dir, contract)
     console.print(f"snapshot {snapshot.sha256} ({snapshot.rows:,} rows) at {snapshot.path}")
 
 
@@ -76,11 +68,8 @@ def materialize_command(
     from mlops.contract import load_contract
 
     settings = _settings()
-    try:
-        with console.status("materializing the online store"):
-            written = materialize_online(settings, load_contract(settings.contract_path), until)
-    except MLOpsError as exc:
-        _fail(exc)
+    with console.status("materializing the online store"):
+        written = materialize_online(settings, load_contract(settings.contract_path), until)
     counts = ", ".join(f"{name} {count:,} entities" for name, count in written.items())
     console.print(f"online store as of {until.isoformat()}: {counts}")
 
@@ -97,14 +86,11 @@ def skew_command(
     from mlops.feature_skew import check_skew
 
     settings = _settings()
-    try:
-        report = check_skew(settings, load_contract(settings.contract_path), sample=sample, tolerance=tolerance)
-    except MLOpsError as exc:
-        _fail(exc)
+    report = check_skew(settings, load_contract(settings.contract_path), sample=sample, tolerance=tolerance)
     worst = f" ({report.worst_feature} of {report.worst_event})" if report.worst_feature else ""
     console.print(f"compared {report.compared:,} of {report.logged:,} logged predictions "
                   f"({report.beyond_offline:,} newer than the offline store, not compared): "
                   f"{report.share_differing:.2%} differ by more than {tolerance:g}; "
                   f"largest difference {report.max_abs_diff:.3g}{worst}", highlight=False)
     if report.share_differing > threshold:
-        _fail(FeatureSkewError(f"feature skew {report.share_differing:.2%} is above the threshold {threshold:.2%}"))
+        raise FeatureSkewError(f"feature skew {report.share_differing:.2%} is above the threshold {threshold:.2%}")

@@ -10,7 +10,6 @@ import typer
 
 from mlops.errors import MLOpsError, mask_credentials
 from mlops_cli.output import console
-from mlops_cli.output import fail as _fail
 from mlops_cli.output import load_settings as _settings
 
 
@@ -24,11 +23,11 @@ def init_command() -> None:
     try:
         copied_from = recorded_artifact_root(settings)
         path = registry.create_store(settings)
-    except MLOpsError as exc:
-        _fail(exc)
-    except Exception as exc:  # noqa: BLE001 - MLflow's own errors (a read-only folder): one line, not a traceback
-        _fail(MLOpsError(f"cannot create the tracking store at {settings.resolved_tracking_uri}: "
-                         f"{type(exc).__name__}: {exc}"))
+    except MLOpsError:
+        raise  # already one line (the root command prints it); the next handler is for MLflow's own
+    except Exception as exc:  # MLflow's own errors (a read-only folder): one line, not a traceback
+        raise MLOpsError(f"cannot create the tracking store at {settings.resolved_tracking_uri}: "
+                         f"{type(exc).__name__}: {exc}") from exc
     if path is None:
         console.print(f"tracking server {mask_credentials(settings.resolved_tracking_uri)} keeps its own store; "
                       "nothing to create", highlight=False, soft_wrap=True)

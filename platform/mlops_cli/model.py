@@ -7,11 +7,9 @@ from typing import Annotated
 
 import typer
 
-from mlops.errors import MLOpsError
 from mlops_cli.model_export import export_command
 from mlops_cli.output import console, hint
 from mlops_cli.output import error_exit as _error_exit
-from mlops_cli.output import fail as _fail
 from mlops_cli.output import load_settings as _settings
 
 model_app = typer.Typer(help="Inspect the model registry; promote, roll back, audit history.", no_args_is_help=True)
@@ -27,10 +25,7 @@ def list_command() -> None:
 
     settings = _settings()
     table = Table("version", "aliases", "decision", "candidate F1", "reason")
-    try:
-        rows = registry.list_versions(settings)
-    except MLOpsError as exc:
-        _fail(exc)
+    rows = registry.list_versions(settings)
     if not rows:
         console.print(f"no versions of {settings.model_name} registered in {settings.resolved_tracking_uri}",
                       highlight=False)
@@ -68,14 +63,11 @@ def promote_command(
     from mlops import registry
 
     settings = _settings()
-    try:
-        if canary is not None:
-            registry.start_canary(settings, version, canary, actor=_actor(), reason=reason)
-            console.print(f"{settings.model_name} version {version}: canary on {canary:g} % of /predict traffic")
-            return
-        previous = registry.promote(settings, version, alias=alias, actor=_actor(), reason=reason or "manual")
-    except MLOpsError as exc:
-        _fail(exc)
+    if canary is not None:
+        registry.start_canary(settings, version, canary, actor=_actor(), reason=reason)
+        console.print(f"{settings.model_name} version {version}: canary on {canary:g} % of /predict traffic")
+        return
+    previous = registry.promote(settings, version, alias=alias, actor=_actor(), reason=reason or "manual")
     console.print(f"{settings.model_name} alias {alias or settings.serving_alias!r}: {previous or 'none'} -> {version}")
 
 
@@ -89,10 +81,7 @@ def rollback_command(
     from mlops import registry
 
     settings = _settings()
-    try:
-        change = registry.rollback(settings, actor=_actor(), reason=reason or "rollback", alias=alias)
-    except MLOpsError as exc:
-        _fail(exc)
+    change = registry.rollback(settings, actor=_actor(), reason=reason or "rollback", alias=alias)
     console.print(f"{settings.model_name} alias {change.alias!r}: {change.from_version} -> "
                   f"{change.to_version or 'removed'}")
 
@@ -107,10 +96,7 @@ def history_command(
     from mlops import registry
 
     settings = _settings()
-    try:
-        changes = registry.history(settings, alias)
-    except MLOpsError as exc:
-        _fail(exc)
+    changes = registry.history(settings, alias)
     if not changes:
         console.print(f"no alias moves recorded for {settings.model_name}" + (f" alias {alias!r}" if alias else ""),
                       highlight=False)

@@ -9,8 +9,7 @@ from typing import Annotated
 
 import typer
 
-from mlops.errors import MLOpsError
-from mlops_cli.output import console, error_exit, fail, load_settings
+from mlops_cli.output import console, error_exit, load_settings
 
 EXPORT_FORMATS = ("triton",)
 
@@ -32,13 +31,10 @@ def export_command(
     from mlops.triton_export import write_repository
 
     settings = load_settings()
-    try:
-        with tempfile.TemporaryDirectory(prefix="export-") as download:
-            served = (registry.download_version(settings, version, Path(download)) if version is not None
-                      else registry.download_serving_model(settings, Path(download)))
-            model_dir = write_repository(served.onnx_path, directory, served.name, served.version,
-                                         max_batch_size=max_batch_size)
-    except MLOpsError as exc:
-        fail(exc)
+    with tempfile.TemporaryDirectory(prefix="export-") as download:
+        served = (registry.download_version(settings, version, Path(download)) if version is not None
+                  else registry.download_serving_model(settings, Path(download)))
+        model_dir = write_repository(served.onnx_path, directory, served.name, served.version,
+                                     max_batch_size=max_batch_size)
     console.print(f"{served.name} version {served.version}: Triton repository {model_dir} "
                   f"(config.pbtxt, {served.version}/model.onnx)")

@@ -8,10 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from mlops.errors import MLOpsError
 from mlops_cli.output import console, hint, since_start, time_or_now
 from mlops_cli.output import error_exit as _error_exit
-from mlops_cli.output import fail as _fail
 from mlops_cli.output import load_settings as _settings
 
 if TYPE_CHECKING:
@@ -51,10 +49,7 @@ def drift_run_command(
     settings = _settings(MonitoringSettings)
     from monitoring.job import run_drift
 
-    try:
-        record = run_drift(settings, window)
-    except MLOpsError as exc:
-        _fail(exc)
+    record = run_drift(settings, window)
     versions = ", ".join(f"v{v}" for v in record.model_versions)  # the prefix of the reason's and worst's names
     console.print(f"drift [bold]{record.level}[/] on {record.rows:,} predictions of {record.model_name} {versions}: "
                   f"{record.reason}", highlight=False)
@@ -110,16 +105,13 @@ def labels_ingest_command(
     from monitoring.labels import ingest_labels, read_labels
 
     settings = _settings()
-    try:
-        contract = load_contract(settings.contract_path)
-        read, stored = ingest_labels(source, contract, settings.monitoring_dir)
-        console.print(f"ingested {read:,} labels from {source}; {stored:,} labels stored")
-        if uses_labels(contract):
-            delivery = deliver_labels(settings, contract, read_labels(settings.monitoring_dir))
-            console.print(f"online label features: {delivery.logged:,} of {delivery.labels:,} labels have a logged "
-                          f"prediction; {delivery.histories:,} entity histories updated")
-    except MLOpsError as exc:
-        _fail(exc)
+    contract = load_contract(settings.contract_path)
+    read, stored = ingest_labels(source, contract, settings.monitoring_dir)
+    console.print(f"ingested {read:,} labels from {source}; {stored:,} labels stored")
+    if uses_labels(contract):
+        delivery = deliver_labels(settings, contract, read_labels(settings.monitoring_dir))
+        console.print(f"online label features: {delivery.logged:,} of {delivery.labels:,} labels have a logged "
+                      f"prediction; {delivery.histories:,} entity histories updated")
 
 
 @labels_app.command("quality")
@@ -137,10 +129,7 @@ def labels_quality_command(
 
     from monitoring.quality_job import run_quality
 
-    try:
-        rows = run_quality(settings, spec, window)
-    except MLOpsError as exc:
-        _fail(exc)
+    rows = run_quality(settings, spec, window)
     if not rows:
         console.print("no labelled predictions in the window", highlight=False)
         hint("store late labels with `mlops labels ingest FILE` (a CSV/Parquet of the contract's id and label "

@@ -11,14 +11,17 @@ import os
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, TypeVar, overload
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from mlops.errors import MLOpsError
 
 if TYPE_CHECKING:  # settings (pydantic-settings) load after a command's own argument checks
+    from typer._click.core import Context  # typer vendors click; TyperGroup.invoke takes its Context
+
     from mlops.settings import Settings
 
     DeployableSettings = TypeVar("DeployableSettings", bound=Settings)
@@ -43,6 +46,17 @@ def fail(exc: MLOpsError, *, see: Path | None = None) -> NoReturn:
     raise typer.Exit(exc.exit_code)
 
 
+class OneLineErrors(TyperGroup):
+    """The root command: an expected failure (MLOpsError) raised by any command under it prints one
+    line and exits with the error's code, so no command catches them itself."""
+
+    def invoke(self, ctx: Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except MLOpsError as exc:
+            fail(exc)
+
+
 def hint(message: str, *, to: Console | None = None) -> None:
     """What to do next, printed where a command found nothing to show."""
     (to or console).print(f"[dim]hint:[/] {message}", highlight=False)
@@ -63,10 +77,7 @@ def time_or_now(value: str | None, option: str) -> datetime:
 
     if value is None:
         return datetime.now(UTC)
-    try:
-        return parse_time(value, option)
-    except MLOpsError as exc:
-        fail(exc)
+    return parse_time(value, option)
 
 
 @overload
@@ -90,5 +101,3 @@ def load_settings(kind: type[Settings] | None = None) -> Settings:
         params_file = os.environ.get(PARAMS_FILE_VARIABLE)
         source = f"MLOPS_* setting or in {PARAMS_FILE_VARIABLE}={params_file}" if params_file else "MLOPS_* setting"
         error_exit(f"invalid {source}: {exc}", 2)
-    except MLOpsError as exc:
-        fail(exc)

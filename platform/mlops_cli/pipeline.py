@@ -64,27 +64,18 @@ def run_command(
     from mlops.contract import load_contract
     from mlops.data.source_columns import check_source_columns
     from mlops.data.training_window import resolve_window
-    from mlops.preflight import check_source, check_tracking_server, check_tracking_store
+    from mlops.preflight import check_source
 
     if runner not in PIPELINE_RUNNERS:
         _error_exit(f"--runner must be one of {', '.join(PIPELINE_RUNNERS)}, got {runner!r}", 2)
-    try:  # refused before settings, kfp, pandas and MLflow are even imported
-        resolve_window(since, until, last_weeks)
-        check_source(source)
-    except MLOpsError as exc:
-        _fail(exc)
+    resolve_window(since, until, last_weeks)  # refused before settings, kfp, pandas and MLflow are even imported
+    check_source(source)
     from mlops.run_lock import exclusive_pipeline_run
 
     settings = _settings()
-    try:
-        check_source_columns(source, load_contract(settings.contract_path))
-        with exclusive_pipeline_run(settings):
-            check_tracking_server(settings.resolved_tracking_uri)
-            if settings.tracking_uri:  # an explicit local store must exist; the home's is made on its first run
-                check_tracking_store(settings.tracking_uri)
-            _run_locked(source, settings, run_name, verbose, (since, until, last_weeks), time.monotonic(), runner)
-    except MLOpsError as exc:
-        _fail(exc)
+    check_source_columns(source, load_contract(settings.contract_path))
+    with exclusive_pipeline_run(settings):  # run_pipeline preflights the tracking store, once
+        _run_locked(source, settings, run_name, verbose, (since, until, last_weeks), time.monotonic(), runner)
 
 
 def _run_locked(source: str, settings: Settings, run_name: str, verbose: bool, window: tuple[str, str, int],
@@ -96,10 +87,11 @@ def _run_locked(source: str, settings: Settings, run_name: str, verbose: bool, w
 
     name = run_name or new_run_name(settings)
     logs = run_log_path(settings, name)
-    console.print(f"pipeline run {name}; step logs in {logs}", highlight=False)
     since, until, last_weeks = window
     try:
         outcome = run_pipeline(source, settings, run_name=name, verbose=verbose,
+                               on_start=lambda: console.print(f"pipeline run {name}; step logs in {logs}",
+                                                              highlight=False),
                                on_step=lambda step: console.print(step.line, highlight=False),
                                since=since, until=until, last_weeks=last_weeks,
                                runner="inline" if runner == "inline" else "kfp")
@@ -128,11 +120,8 @@ def submit_command(
     from pipelines.orchestration.kfp_remote import submit
 
     settings = _settings()
-    try:
-        run = submit(_kfp_host(host, settings), source, experiment=experiment or settings.experiment,
-                     run_name=run_name)
-    except MLOpsError as exc:
-        _fail(exc)
+    run = submit(_kfp_host(host, settings), source, experiment=experiment or settings.experiment,
+                 run_name=run_name)
     console.print(f"submitted run {run.name} ({run.id}) in experiment {run.experiment_id}")
 
 
@@ -150,11 +139,8 @@ def schedule_command(
     from pipelines.orchestration.kfp_remote import schedule
 
     settings = _settings()
-    try:
-        recurring = schedule(_kfp_host(host, settings), source, cron=cron,
-                             experiment=experiment or settings.experiment, name=name, last_weeks=last_weeks)
-    except MLOpsError as exc:
-        _fail(exc)
+    recurring = schedule(_kfp_host(host, settings), source, cron=cron,
+                         experiment=experiment or settings.experiment, name=name, last_weeks=last_weeks)
     console.print(f"scheduled {recurring.name} ({recurring.id}) in experiment {recurring.experiment_id}")
 
 
@@ -165,7 +151,4 @@ def demo_command(
     from pipelines.demo import run_demo
 
     settings = _settings()
-    try:
-        run_demo(settings, rows or settings.demo_rows, console)
-    except MLOpsError as exc:
-        _fail(exc)
+    run_demo(settings, rows or settings.demo_rows, console)

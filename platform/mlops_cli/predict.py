@@ -10,8 +10,7 @@ from typing import Annotated
 
 import typer
 
-from mlops.errors import MLOpsError
-from mlops_cli.output import console, error_exit, fail, load_settings
+from mlops_cli.output import console, error_exit, load_settings
 
 
 def predict_command(
@@ -38,15 +37,12 @@ def predict_command(
     from mlops.contract import load_contract
 
     settings = load_settings()
-    try:
-        contract = load_contract(settings.contract_path)
-        with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console, transient=True) as bar:
-            task = bar.add_task("features and scores", total=None)
-            summary = score_file(source, out, contract, settings, version=version,
-                                 progress=lambda done, total: bar.update(task, completed=done, total=total))
-    except MLOpsError as exc:
-        fail(exc)
+    contract = load_contract(settings.contract_path)
+    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("features and scores", total=None)
+        summary = score_file(source, out, contract, settings, version=version,
+                             progress=lambda done, total: bar.update(task, completed=done, total=total))
     console.print(f"scored {summary.rows:,} rows with version {summary.model_version} "
                   f"(threshold {summary.threshold:.3f}): {summary.positives:,} {contract.decisions.positive} decisions "
                   f"-> {summary.out} "

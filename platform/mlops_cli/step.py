@@ -18,8 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-from mlops.errors import MLOpsError
-from mlops_cli.output import console, fail, load_settings
+from mlops_cli.output import console, load_settings
 from pipelines.orchestration.declaration import RECORD, STEPS, Step
 
 step_app = typer.Typer(help="Run one pipeline step on files (what dvc.yaml's stages call).", no_args_is_help=True)
@@ -47,20 +46,17 @@ def run_step(step: Step, values: dict[str, Any]) -> None:
 
     settings = load_settings()
     configure_logging()
-    try:
-        from pipelines.orchestration.context import StepContext, call_step, file_arguments
-        from pipelines.orchestration.records import write_record
+    from pipelines.orchestration.context import StepContext, call_step, file_arguments
+    from pipelines.orchestration.records import write_record
 
-        paths = {name: value for name, value in values.items() if isinstance(value, Path)}
-        arguments = file_arguments(step, values, paths)
-        for produced in step.produces:
-            paths[produced.name].parent.mkdir(parents=True, exist_ok=True)
-        record = call_step(step, StepContext.of(settings, separate_model_run=True), arguments)
-        if record is not None:
-            write_record(paths[RECORD], record)
-            console.print(f"{step.name}: {record.line}", highlight=False)
-    except MLOpsError as exc:
-        fail(exc)
+    paths = {name: value for name, value in values.items() if isinstance(value, Path)}
+    arguments = file_arguments(step, values, paths)
+    for produced in step.produces:
+        paths[produced.name].parent.mkdir(parents=True, exist_ok=True)
+    record = call_step(step, StepContext.of(settings, separate_model_run=True), arguments)
+    if record is not None:
+        write_record(paths[RECORD], record)
+        console.print(f"{step.name}: {record.line}", highlight=False)
 
 
 def _command(step: Step) -> Callable[..., None]:

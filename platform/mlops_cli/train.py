@@ -9,10 +9,8 @@ from typing import Annotated
 
 import typer
 
-from mlops.errors import MLOpsError
 from mlops_cli.output import console
 from mlops_cli.output import error_exit as _error_exit
-from mlops_cli.output import fail as _fail
 from mlops_cli.output import load_settings as _settings
 
 
@@ -32,43 +30,34 @@ def train_command(
         _error_exit("--reproduce takes no --data-dir, --run-id or --search: it reuses the run's inputs", 2)
     if reproduce is None and data_dir is None:
         _error_exit("--data-dir is required (or --reproduce RUN_ID)", 2)
-    try:
-        paths = split_paths(data_dir) if data_dir is not None else {}
-    except MLOpsError as exc:
-        _fail(exc)
+    paths = split_paths(data_dir) if data_dir is not None else {}
     settings = _settings()
     from rich.table import Table
 
     from pipelines.logs import configure_logging
-    from pipelines.training.checkpoint import TrainingPreempted
     from pipelines.training.command import reproduce as reproduce_run
     from pipelines.training.command import train_and_export
 
     configure_logging()
     out = out_dir or settings.runs_dir / "train"
-    try:
-        if reproduce is not None:
-            report, compared = reproduce_run(reproduce, out, settings)
-            table = Table("", f"run {reproduce}", f"reproduced ({report.run_id})", "same")
-            for name, (then, now) in compared.items():
-                table.add_row(name, then, now, "yes" if then == now else "[bold red]NO[/]")
-            console.print(table)
-            if any(then != now for then, now in compared.values()):
-                _error_exit("the reproduced run differs from the original", 1)
-            return
-        checkpoints = checkpoint_dir or settings.resolved_checkpoint_dir
-        params = None
-        if search:
-            from pipelines.training.command import new_run
-            from pipelines.training.search import search as run_search
+    if reproduce is not None:
+        report, compared = reproduce_run(reproduce, out, settings)
+        table = Table("", f"run {reproduce}", f"reproduced ({report.run_id})", "same")
+        for name, (then, now) in compared.items():
+            table.add_row(name, then, now, "yes" if then == now else "[bold red]NO[/]")
+        console.print(table)
+        if any(then != now for then, now in compared.values()):
+            _error_exit("the reproduced run differs from the original", 1)
+        return
+    checkpoints = checkpoint_dir or settings.resolved_checkpoint_dir
+    params = None
+    if search:
+        from pipelines.training.command import new_run
+        from pipelines.training.search import search as run_search
 
-            run_id = run_id or new_run(settings, {"entry": "mlops train --search"})
-            params = run_search(paths, search, settings, run_id)
-        result = train_and_export(paths, out, checkpoints, settings, run_id=run_id, params=params)
-    except TrainingPreempted as exc:
-        _error_exit(exc.message, exc.exit_code)
-    except MLOpsError as exc:
-        _fail(exc)
+        run_id = run_id or new_run(settings, {"entry": "mlops train --search"})
+        params = run_search(paths, search, settings, run_id)
+    result = train_and_export(paths, out, checkpoints, settings, run_id=run_id, params=params)
     if result is not None:
         metrics = ", ".join(f"{k} {v:.4f}" for k, v in result.metrics.items() if k in _SHOWN_METRICS)
         console.print(f"run {result.run_id}: {metrics}; ONNX {result.onnx_path} (sha256 {result.onnx_sha256[:12]})")

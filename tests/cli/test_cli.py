@@ -88,3 +88,23 @@ def test_pipeline_run_names_a_refused_tracking_server(tmp_path: Path, monkeypatc
     assert " ".join(result.output.split()) == f"error: cannot reach the MLflow tracking server at {uri}: " \
                                               "connection refused"
     assert "Traceback" not in result.output
+
+
+def test_pipeline_run_preflights_the_tracking_store_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         contract: DataContract) -> None:
+    import mlops.preflight
+    import pipelines.orchestration.runner
+
+    checked: list[str] = []
+    real_check = mlops.preflight.check_tracking_server
+
+    def counted(uri: str) -> None:
+        checked.append(uri)
+        real_check(uri)
+    for module in (mlops.preflight, pipelines.orchestration.runner):
+        monkeypatch.setattr(module, "check_tracking_server", counted)
+    source = tmp_path / "tx.csv"
+    source.write_text(",".join(c.name for c in contract.columns) + "\n")  # no rows: the run stops at a step
+    result = runner.invoke(app, ["pipeline", "run", str(source), "--runner", "inline"])
+    assert result.output.startswith("pipeline run "), result.output  # the header still comes first
+    assert len(checked) == 1, checked
