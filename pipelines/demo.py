@@ -141,7 +141,7 @@ def print_next_steps(console: Console, settings: Settings) -> None:
     """What to run next; the ports are the ones these commands will use with the current settings."""
     serving = f"http://{settings.host}:{settings.port}"
     # The experiment's runs list: one row per pipeline run, named after its outcome, metrics as columns.
-    runs = f"http://127.0.0.1:{MLFLOW_UI_PORT}/#/experiments/{registry.ensure_experiment(settings)}"
+    runs = f"http://127.0.0.1:{MLFLOW_UI_PORT}/{registry.runs_list_link(registry.ensure_experiment(settings))}"
     console.print("Next:")
     console.print(f"  MLflow UI:     .venv/bin/mlflow ui --port {MLFLOW_UI_PORT} --backend-store-uri "
                   f"{settings.resolved_tracking_uri}   (then open {runs})", highlight=False)

@@ -11,6 +11,7 @@ version, why) as a tag on the registered model.
 
 from __future__ import annotations
 
+import json
 import warnings
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -98,17 +99,36 @@ EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 
 
+# A view of the runs list saved on the experiment, as the UI's "Share" button saves one: the outcome and
+# the test metrics as columns, newest run first. runs_list_link opens it.
+RUNS_VIEW_KEY = "model-training"
+RUNS_VIEW_TAG = f"mlflow.sharedViewState.{RUNS_VIEW_KEY}"
+RUNS_VIEW = json.dumps({
+    "selectedColumns": ["tags.`decision`", "metrics.`test_f1`", "metrics.`test_pr_auc`",
+                        "metrics.`production_test_f1`", "tags.`registered_version`"],
+    "orderByKey": "attributes.start_time", "orderByAsc": False,
+})
+
+
 def ensure_experiment(settings: Settings) -> str:
-    """The experiment id, creating the experiment (artifacts under home) on first use."""
+    """The experiment id, creating the experiment (artifacts under home) on first use; an experiment
+    made before the runs view existed gets it."""
     mlflow_client = client(settings)
     existing = mlflow_client.get_experiment_by_name(settings.experiment)
     if existing is not None:
+        if existing.tags.get(RUNS_VIEW_TAG) != RUNS_VIEW:
+            mlflow_client.set_experiment_tag(existing.experiment_id, RUNS_VIEW_TAG, RUNS_VIEW)
         return str(existing.experiment_id)
     # A local store keeps artifacts under home; a tracking server decides its own location.
     local = settings.resolved_tracking_uri.startswith(("sqlite:", "file:"))
     location = settings.artifact_root.as_uri() if local else None
     return str(mlflow_client.create_experiment(settings.experiment, artifact_location=location,
-                                               tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}))
+                                               tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND, RUNS_VIEW_TAG: RUNS_VIEW}))
+
+
+def runs_list_link(experiment_id: str) -> str:
+    """The UI route (after the server's address) of the experiment's runs list in the saved view."""
+    return f"#/experiments/{experiment_id}/runs?viewStateShareKey={RUNS_VIEW_KEY}&compareRunsMode=TABLE"
 
 
 def _missing(exc: Exception) -> bool:

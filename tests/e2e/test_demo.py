@@ -69,7 +69,7 @@ def test_demo_shows_the_model_at_work_and_stops_the_service(demo: tuple[Path, st
     assert "mlflow ui --port 5000 --backend-store-uri sqlite:///" in output
     # The link opens the experiment's runs list, where the pipeline's run is named after its outcome.
     experiment = registry.ensure_experiment(settings)
-    assert f"(then open http://127.0.0.1:5000/#/experiments/{experiment})" in " ".join(output.split())
+    assert f"(then open http://127.0.0.1:5000/{registry.runs_list_link(experiment)})" in " ".join(output.split())
     runs = registry.client(settings).search_runs(
         [experiment], filter_string=f"attributes.run_name = '{settings.pipeline_name} v1 promote'")
     assert len(runs) == 1

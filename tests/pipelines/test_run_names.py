@@ -6,6 +6,7 @@ URIs, MLFLOW_HTTP_* limits) at most once: its steps share one registry client (m
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -59,8 +60,12 @@ def test_an_inline_run_is_named_after_its_outcome_and_holds_the_decision_and_tes
     assert link in str(version.description)
     artifacts = {a.path for a in client.list_artifacts(outcome.run_id, "evaluation")}
     assert {"evaluation/pr_curve.png", "evaluation/report.json"} <= artifacts
-    kind = client.get_experiment(experiment).tags[registry.EXPERIMENT_KIND_TAG]
-    assert kind == "custom_model_development"
+    tags = client.get_experiment(experiment).tags
+    assert tags[registry.EXPERIMENT_KIND_TAG] == "custom_model_development"
+    # The saved runs view the printed link opens shows the outcome and the test metrics as columns.
+    view = json.loads(tags[registry.RUNS_VIEW_TAG])
+    shown = {column.split(".", 1)[1].strip("`") for column in view["selectedColumns"]}
+    assert {"decision", "test_f1", "test_pr_auc"} <= shown
     # The drift job's reference holds the version's threshold, so its quality can be estimated without labels.
     report = EvaluationReport.model_validate_json(
         Path(mlflow.artifacts.download_artifacts(run_id=outcome.run_id, artifact_path="evaluation/report.json",
@@ -77,4 +82,5 @@ def test_the_demo_links_the_experiments_runs_list(settings: Settings) -> None:
     experiment = registry.ensure_experiment(settings)
     link = re.search(r"then open (\S+)\)", output)
     assert link is not None, output
-    assert link.group(1) == f"http://127.0.0.1:5000/#/experiments/{experiment}"
+    assert link.group(1) == (f"http://127.0.0.1:5000/#/experiments/{experiment}/runs"
+                             f"?viewStateShareKey={registry.RUNS_VIEW_KEY}&compareRunsMode=TABLE")
