@@ -26,3 +26,27 @@ class MonitoringSettings(Settings):
         default=0.05, gt=0, description="ECE on late labels above which a version's estimated quality is distrusted.")
     calibration_min_labelled: int = Field(
         default=1000, ge=1, description="Fewest labelled predictions of a version that judge its calibration.")
+    canary_min_rows: int = Field(
+        default=500, ge=2, description="Fewest predictions per arm that judge the canary's scores and decisions.")
+    canary_min_latency_rows: int = Field(
+        default=200, ge=2, description="Fewest timed predictions per arm that judge the canary's latency p99.")
+    canary_min_labelled: int = Field(
+        default=300, ge=2, description="Fewest labelled predictions per arm that judge the canary's PR-AUC.")
+    canary_min_positives: int = Field(
+        default=10, ge=1, description="Fewest positive labels per arm that judge the canary's PR-AUC.")
+    canary_error_rate_margin: float = Field(
+        default=0.01, ge=0, description="Error rate of the canary above the champion's that fails it.")
+    canary_latency_ratio: float = Field(
+        default=1.5, gt=1, description="Canary latency p99 over the champion's that fails it.")
+    canary_score_psi: float = Field(
+        default=0.1, gt=0, description="PSI of the canary's probabilities against the champion's that fails it (the "
+                                       "arms score the same traffic, so tighter than the drift levels).")
+    canary_decision_rate_ratio: float = Field(
+        default=1.5, gt=1, description="Ratio of the arms' positive-decision rates (either way) that fails the canary "
+                                       "(relative: positives are often rare).")
+    canary_pr_auc_margin: float = Field(
+        default=0.02, ge=0, description="PR-AUC loss the canary must surely exceed (interval's top below minus "
+                                        "this) to fail.")
+    canary_significance: float = Field(
+        default=0.01, gt=0, lt=1, description="p-value under which an arms' difference is not chance (KS, "
+                                              "two-proportion tests) and 1 - the bootstrap interval's level.")

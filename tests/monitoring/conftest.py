@@ -71,7 +71,7 @@ def _write_log(frame: pd.DataFrame, contract: DataContract, log: PredictionLog, 
             features={name: float(row[name]) for name in contract.feature_names},
             unknown_entities=[], unknown_categories=row["unknown_categories"],
             probability=float(row["probability"]), decision="fraud" if row["probability"] >= 0.5 else "legit",
-            model_name="card-transactions", model_version=version, role=role))
+            model_name="card-transactions", model_version=version, role=role, latency_s=row.get("latency_s")))
 
 
 def _register_with_profile(settings: Settings, profile: ReferenceProfile) -> str:

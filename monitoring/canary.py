@@ -1,0 +1,182 @@
+"""Canary analysis: the canary (role ``canary``) judged against the champion on the same window of the
+prediction log, check by check, into one verdict: promote, roll back or wait.
+
+Checks: error rate, latency p99, score distribution (PSI and KS of the probabilities), positive
+decision rate and, once labels have arrived, PR-AUC with a bootstrap interval of the difference.
+The arms serve different customers (the canary is sticky per customer), so the interval resamples
+each arm on its own (unpaired). A check below its minimum sample is "not judged yet"; a difference
+fails only when it is both material (past a margin) and not chance (past the significance level),
+so two arms of one model do not fail by noise. :func:`run_canary` reads the registry, judges the
+canary's window since it started and, when asked, acts on the verdict with its figures audited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict
+from scipy import stats
+
+from monitoring.labels import LABEL, average_precision, join_labels
+from monitoring.settings import MonitoringSettings
+from monitoring.stats import ks_p, psi_from_counts
+
+CANARY, CHAMPION = "canary", "champion"
+Status = Literal["pass", "fail", "not judged", "skipped"]
+Verdict = Literal["promote", "roll back", "wait"]
+_SCORE_BINS = 10
+_BOOTSTRAP_DRAWS = 1000
+_SEED = 0  # the same window gives the same interval, so a verdict can be re-derived
+
+
+class CanaryCheck(BaseModel):
+    """One check: each arm's figure, the comparison's figures, and what it says."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    status: Status
+    canary: float | None = None
+    champion: float | None = None
+    figures: dict[str, float] = {}
+    note: str = ""
+
+    def line(self) -> str:
+        arms = "" if self.canary is None or self.champion is None else \
+            f"canary {self.canary:.4g} vs champion {self.champion:.4g}"
+        figures = ", ".join(f"{k} {v:.4g}" for k, v in self.figures.items())
+        return "; ".join(p for p in (f"{self.name}: {self.status}", arms, figures, self.note) if p)
+
+
+class CanaryVerdict(BaseModel):
+    """The verdict on one canary with every check behind it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    verdict: Verdict
+    reason: str
+    canary_version: str | None
+    champion_version: str | None
+    canary_rows: int
+    champion_rows: int
+    checks: list[CanaryCheck]
+
+
+def _not_judged(name: str, have: int, need: int, what: str = "rows") -> CanaryCheck:
+    return CanaryCheck(name=name, status="not judged", note=f"not judged yet: {have} {what}, needs {need}")
+
+
+def _error_rate() -> CanaryCheck:
+    return CanaryCheck(name="error rate", status="skipped",
+                       note="the prediction log holds answered predictions only; failed requests are not logged")
+
+
+def _latency(canary: pd.DataFrame, champion: pd.DataFrame, settings: MonitoringSettings) -> CanaryCheck:
+    timed = [arm["latency_s"].dropna().to_numpy(dtype="float64") if "latency_s" in arm else np.empty(0)
+             for arm in (canary, champion)]
+    have = min(t.size for t in timed)
+    if have < settings.canary_min_latency_rows:
+        return _not_judged("latency p99", have, settings.canary_min_latency_rows, "timed rows")
+    ours, theirs = (float(np.quantile(t, 0.99)) for t in timed)
+    ratio = ours / theirs if theirs > 0 else float("inf") if ours > 0 else 1.0
+    return CanaryCheck(name="latency p99", status="fail" if ratio > settings.canary_latency_ratio else "pass",
+                       canary=ours, champion=theirs, figures={"ratio": ratio, "limit": settings.canary_latency_ratio})
+
+
+def _scores(canary: np.ndarray, champion: np.ndarray, settings: MonitoringSettings) -> CanaryCheck:
+    # The champion's quantiles as bins, as the drift job bins live scores on the reference's.
+    edges = np.unique(np.quantile(champion, np.linspace(0, 1, _SCORE_BINS + 1)[1:-1]))
+    counts = [np.bincount(np.searchsorted(edges, arm, side="left"), minlength=edges.size + 1).astype("float64")
+              for arm in (champion, canary)]
+    psi, p_value = psi_from_counts(*counts), ks_p(champion, canary)
+    failing = psi > settings.canary_score_psi and p_value < settings.canary_significance
+    return CanaryCheck(name="score distribution", status="fail" if failing else "pass",
+                       canary=float(np.mean(canary)), champion=float(np.mean(champion)),
+                       figures={"PSI": psi, "PSI limit": settings.canary_score_psi, "KS p": p_value},
+                       note="arm figures are mean probabilities")
+
+
+def _decision_rate(canary: np.ndarray, champion: np.ndarray, settings: MonitoringSettings) -> CanaryCheck:
+    ours, theirs = float(canary.mean()), float(champion.mean())
+    pooled = (canary.sum() + champion.sum()) / (canary.size + champion.size)
+    spread = np.sqrt(pooled * (1 - pooled) * (1 / canary.size + 1 / champion.size))
+    p_value = float(2 * stats.norm.sf(abs(ours - theirs) / spread)) if spread > 0 else 1.0
+    ratio = ours / theirs if theirs > 0 else float("inf") if ours > 0 else 1.0
+    failing = max(ratio, 1 / ratio) > settings.canary_decision_rate_ratio and p_value < settings.canary_significance
+    return CanaryCheck(name="decision rate", status="fail" if failing else "pass", canary=ours, champion=theirs,
+                       figures={"ratio": ratio, "limit": settings.canary_decision_rate_ratio, "p": p_value})
+
+
+def _bootstrap_pr_auc(labels: np.ndarray, scores: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    draws = rng.integers(0, labels.size, size=(_BOOTSTRAP_DRAWS, labels.size))
+    return np.array([average_precision(labels[d], scores[d]) for d in draws])
+
+
+def _pr_auc(canary: pd.DataFrame, champion: pd.DataFrame, settings: MonitoringSettings) -> CanaryCheck:
+    labelled = min(len(canary), len(champion))
+    positives = min(int(canary[LABEL].sum()), int(champion[LABEL].sum()))
+    if labelled < settings.canary_min_labelled:
+        return _not_judged("PR-AUC", labelled, settings.canary_min_labelled, "labelled rows")
+    if positives < settings.canary_min_positives:
+        return _not_judged("PR-AUC", positives, settings.canary_min_positives, "positive labels")
+    arms = [(arm[LABEL].to_numpy(dtype="int64"), arm["probability"].to_numpy(dtype="float64"))
+            for arm in (canary, champion)]
+    ours, theirs = (average_precision(*arm) for arm in arms)
+    rng = np.random.default_rng(_SEED)
+    differences = _bootstrap_pr_auc(*arms[0], rng) - _bootstrap_pr_auc(*arms[1], rng)
+    alpha = settings.canary_significance
+    low, high = (float(q) for q in np.quantile(differences, [alpha / 2, 1 - alpha / 2]))
+    failing = high < -settings.canary_pr_auc_margin
+    return CanaryCheck(name="PR-AUC", status="fail" if failing else "pass", canary=ours, champion=theirs,
+                       figures={"difference": ours - theirs, f"{1 - alpha:.0%} low": low, f"{1 - alpha:.0%} high": high,
+                                "margin": settings.canary_pr_auc_margin})
+
+
+def _sized(name: str, canary: pd.DataFrame, champion: pd.DataFrame, need: int,
+           judge: Callable[[], CanaryCheck]) -> CanaryCheck:
+    have = min(len(canary), len(champion))
+    return _not_judged(name, have, need) if have < need else judge()
+
+
+def judge_canary(window: pd.DataFrame, labels: pd.DataFrame | None, settings: MonitoringSettings, *,
+                 positive: str, canary_version: str | None = None) -> CanaryVerdict:
+    """Judge the window's canary rows (of ``canary_version`` when given) against its champion rows.
+
+    ``labels``: (event_id, label) as :func:`monitoring.labels.read_labels` gives them, or None before
+    any arrived; ``positive``: the decision that predicts a positive label (the contract's).
+    """
+    canary = window[window["role"] == CANARY]
+    if canary_version is not None:
+        canary = canary[canary["model_version"] == canary_version]
+    champion = window[window["role"] == CHAMPION]
+    need = settings.canary_min_rows
+    ours, theirs = (arm["probability"].to_numpy(dtype="float64") for arm in (canary, champion))
+    our_flags, their_flags = ((arm["decision"] == positive).to_numpy() for arm in (canary, champion))
+    checks = [
+        _error_rate(),
+        _latency(canary, champion, settings),
+        _sized("score distribution", canary, champion, need, lambda: _scores(ours, theirs, settings)),
+        _sized("decision rate", canary, champion, need, lambda: _decision_rate(our_flags, their_flags, settings)),
+        _pr_auc(join_labels(canary, labels), join_labels(champion, labels), settings) if labels is not None
+        else _not_judged("PR-AUC", 0, settings.canary_min_labelled, "labelled rows"),
+    ]
+    failing = [c for c in checks if c.status == "fail"]
+    waiting = [c for c in checks if c.status == "not judged"]
+    verdict: Verdict
+    if failing:
+        verdict, reason = "roll back", "failing: " + " | ".join(c.line() for c in failing)
+    elif waiting:
+        verdict, reason = "wait", "waiting on: " + " | ".join(c.line() for c in waiting)
+    else:
+        verdict, reason = "promote", "every check passed: " + ", ".join(c.name for c in checks if c.status == "pass")
+    return CanaryVerdict(verdict=verdict, reason=reason, canary_version=canary_version or _only(canary),
+                         champion_version=_only(champion), canary_rows=len(canary), champion_rows=len(champion),
+                         checks=checks)
+
+
+def _only(arm: pd.DataFrame) -> str | None:
+    versions = sorted(set(arm["model_version"].astype(str)))
+    return ",".join(versions) or None
