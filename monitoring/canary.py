@@ -13,6 +13,7 @@ canary's window since it started and, when asked, acts on the verdict with its f
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Literal
 
 import numpy as np
@@ -20,9 +21,14 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict
 from scipy import stats
 
-from monitoring.labels import LABEL, average_precision, join_labels
+from mlops import registry
+from mlops.contract import load_contract
+from mlops.errors import InputError
+from mlops.prediction_log import log_dir
+from monitoring.labels import LABEL, average_precision, join_labels, read_labels
 from monitoring.settings import MonitoringSettings
 from monitoring.stats import ks_p, psi_from_counts
+from monitoring.window import WindowSpec, read_window
 
 CANARY, CHAMPION = "canary", "champion"
 Status = Literal["pass", "fail", "not judged", "skipped"]
@@ -180,3 +186,42 @@ def judge_canary(window: pd.DataFrame, labels: pd.DataFrame | None, settings: Mo
 def _only(arm: pd.DataFrame) -> str | None:
     versions = sorted(set(arm["model_version"].astype(str)))
     return ",".join(versions) or None
+
+
+class CanaryRun(BaseModel):
+    """One judgement of the running canary: since when, the verdict, and what was done about it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    since: datetime | None
+    verdict: CanaryVerdict
+    action: str
+
+
+def run_canary(settings: MonitoringSettings, *, act: bool, actor: str) -> CanaryRun:
+    """Judge the running canary on the log since it started; with ``act``, promote it (the previous
+    production version archived) or roll it back (the canary ended, the version tagged rejected), the
+    verdict's figures in the audit record. InputError when no canary runs."""
+    running = registry.canary(settings)
+    if running is None:
+        raise InputError(f"no canary of {settings.model_name} is running; start one with "
+                         "`mlops model promote VERSION --canary PERCENT`")
+    version = running[0]
+    # Since this version took the canary alias: earlier rows are another canary's or another champion's.
+    starts = [c.at for c in registry.history(settings, registry.CANARY_ALIAS) if c.to_version == version]
+    since = starts[-1] if starts else None
+    window = read_window(log_dir(settings), WindowSpec(start=since))
+    verdict = judge_canary(window, read_labels(settings.monitoring_dir), settings,
+                           positive=load_contract(settings.contract_path).decisions.positive, canary_version=version)
+    reason = f"canary analysis: {verdict.reason}"
+    if not act or verdict.verdict == "wait":
+        return CanaryRun(since=since, verdict=verdict, action="nothing done")
+    if verdict.verdict == "promote":
+        champion = registry.alias_version(settings)
+        registry.promote(settings, version, expected=champion, actor=actor, reason=reason)
+        action = f"{settings.serving_alias} {champion or 'none'} -> {version}, {champion or 'none'} archived"
+    else:
+        registry.rollback(settings, actor=actor, reason=reason)
+        registry.tag_version(settings, version, {"decision": "reject", "decision_reason": reason})
+        action = f"canary {version} ended and tagged rejected"
+    return CanaryRun(since=since, verdict=verdict, action=action)

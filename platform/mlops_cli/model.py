@@ -1,9 +1,10 @@
 """``mlops model ...``: the model registry: list the versions, promote (or start a canary), roll back,
-the audit history of alias moves; ``export`` lives in model_export.py."""
+the audit history of alias moves, and ``canary status|judge`` (monitoring/canary.py); ``export``
+lives in model_export.py."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -12,8 +13,14 @@ from mlops_cli.output import console, hint
 from mlops_cli.output import error_exit as _error_exit
 from mlops_cli.output import load_settings as _settings
 
+if TYPE_CHECKING:
+    from monitoring.canary import CanaryRun
+
 model_app = typer.Typer(help="Inspect the model registry; promote, roll back, audit history.", no_args_is_help=True)
 model_app.command("export")(export_command)
+canary_app = typer.Typer(help="Judge the running canary against the champion; promote or roll it back.",
+                         no_args_is_help=True)
+model_app.add_typer(canary_app, name="canary")
 
 
 @model_app.command("list")
@@ -107,3 +114,33 @@ def history_command(
         table.add_row(f"{c.at:%Y-%m-%d %H:%M:%S}", c.alias, c.from_version or "none", c.to_version or "removed",
                       c.actor, c.reason)
     console.print(table)
+
+
+def _run(act: bool) -> CanaryRun:
+    from monitoring.canary import run_canary
+    from monitoring.settings import MonitoringSettings
+
+    run = run_canary(_settings(MonitoringSettings), act=act, actor=_actor())
+    verdict = run.verdict
+    since = f"since {run.since:%Y-%m-%d %H:%M:%S} UTC" if run.since else "over the whole log"
+    console.print(f"canary v{verdict.canary_version} ({verdict.canary_rows:,} rows) vs champion "
+                  f"v{verdict.champion_version} ({verdict.champion_rows:,} rows) {since}", highlight=False)
+    for check in verdict.checks:
+        console.print(check.line(), highlight=False)
+    console.print(f"verdict: [bold]{verdict.verdict}[/]", highlight=False)
+    return run
+
+
+@canary_app.command("status")
+def status_command() -> None:
+    """Each check of the running canary (both arms' figures, pass/fail/not judged yet) and the verdict;
+    changes nothing. Exit 2 when no canary runs."""
+    _run(act=False)
+
+
+@canary_app.command("judge")
+def judge_command() -> None:
+    """Judge the running canary and act: promote (production moves to the canary, the previous version
+    archived), roll back (the canary ends, its version tagged rejected), or wait (nothing). Each move is
+    audited with the verdict's figures (`mlops model history`). Exit 2 when no canary runs."""
+    console.print(f"action: {_run(act=True).action}", highlight=False)

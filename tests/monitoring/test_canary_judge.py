@@ -1,26 +1,34 @@
 """Canary analysis on a real prediction log: two arms written as the service writes them (the canary
-takes a fifth of the customers), judged check by check into promote, roll back or wait."""
+takes a fifth of the customers), judged check by check into promote, roll back or wait; then
+`mlops model canary status|judge` against a registry of their own, acting on the verdict."""
 
 from __future__ import annotations
 
 import zlib
-from datetime import UTC, datetime
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 import pytest
+from typer.testing import CliRunner
 
+from mlops import registry
 from mlops.contract import DataContract
-from mlops.prediction_log import PredictionLog
+from mlops.prediction_log import PredictionLog, log_dir
+from mlops.reference_profile import ReferenceProfile
+from mlops_cli.app import app
 from monitoring.canary import CanaryVerdict, judge_canary
-from monitoring.labels import ID, LABEL
+from monitoring.labels import ID, LABEL, ingest_labels
 from monitoring.settings import MonitoringSettings
 from monitoring.window import WindowSpec, read_window
 
 if TYPE_CHECKING:
-    from served_traffic import LogWriter, Traffic
+    from served_traffic import LogWriter, Registrar, Traffic
+
+runner = CliRunner()
 
 START = datetime(2026, 3, 1, tzinfo=UTC)
 
@@ -146,3 +154,112 @@ def test_latency_p99_fails_only_past_its_ratio(
     latency = _check(verdict, "latency p99")
     assert latency["status"] == ("fail" if slow > 1.5 else "pass")
     assert verdict.verdict == ("roll back" if slow > 1.5 else "wait")
+
+
+@pytest.fixture
+def canary_settings(tmp_path: Path, new_mlflow_home: Callable[[Path], Path], monkeypatch: pytest.MonkeyPatch,
+                    register_profile: Registrar, reference: ReferenceProfile) -> tuple[MonitoringSettings, str, str]:
+    """A store of its own with version 1 in production and version 2 as a 20 % canary: (settings, 1, 2)."""
+    store = new_mlflow_home(tmp_path / "mlflow")
+    monkeypatch.setenv("MLOPS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MLOPS_TRACKING_URI", f"sqlite:///{store / 'mlflow.db'}")
+    settings = MonitoringSettings()
+    champion, candidate = register_profile(settings, reference), register_profile(settings, reference)
+    registry.promote(settings, champion, actor="test", reason="first")
+    registry.start_canary(settings, candidate, 20, actor="test", reason="candidate")
+    return settings, champion, candidate
+
+
+def _serve(settings: MonitoringSettings, write_log: LogWriter, canary: pd.DataFrame, champion: pd.DataFrame,
+           versions: tuple[str, str]) -> None:
+    """Both arms logged after the canary started, as the service logs them."""
+    log = PredictionLog(log_dir(settings))
+    after_start = datetime.now(UTC) + timedelta(seconds=1)
+    write_log(champion, log, version=versions[0], logged_at=after_start)
+    write_log(canary, log, version=versions[1], logged_at=after_start, role="canary")
+    log.close()
+
+
+def test_canary_status_prints_one_line_per_check_and_changes_nothing(
+        canary_settings: tuple[MonitoringSettings, str, str], live: Traffic, write_log: LogWriter,
+        contract: DataContract) -> None:
+    settings, champion, candidate = canary_settings
+    canary, served = _arms(live("none"), contract)
+    _serve(settings, write_log, canary, served, (champion, candidate))
+
+    shown = runner.invoke(app, ["model", "canary", "status"])
+
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert lines[0].startswith(f"canary v{candidate} ({len(canary):,} rows) vs champion v{champion}")
+    assert [line.split(":")[0] for line in lines[1:6]] == [
+        "error rate", "latency p99", "score distribution", "decision rate", "PR-AUC"]
+    assert lines[5] == "PR-AUC: not judged; not judged yet: 0 labelled rows, needs 300"
+    assert lines[6] == "verdict: wait"
+    assert registry.canary(settings) == (candidate, 20.0)
+
+
+def test_canary_commands_without_a_canary_exit_2_in_one_line(
+        canary_settings: tuple[MonitoringSettings, str, str]) -> None:
+    settings, _, _ = canary_settings
+    registry.rollback(settings, actor="test", reason="ended")
+
+    for command in ("status", "judge"):
+        shown = runner.invoke(app, ["model", "canary", command])
+        assert shown.exit_code == 2
+        assert len(shown.output.strip().splitlines()) == 1
+        assert "no canary of card-transactions is running" in shown.output
+
+
+def test_judge_rolls_a_shifted_canary_back_with_its_figures_audited(
+        canary_settings: tuple[MonitoringSettings, str, str], live: Traffic, write_log: LogWriter,
+        contract: DataContract) -> None:
+    settings, champion, candidate = canary_settings
+    canary, served = _arms(live("none"), contract)
+    shifted = canary.assign(probability=np.clip(canary["probability"] * 2.0, 0.0, 1.0))
+    _serve(settings, write_log, shifted, served, (champion, candidate))
+
+    judged = runner.invoke(app, ["model", "canary", "judge"])
+
+    assert judged.exit_code == 0, judged.output
+    assert "verdict: roll back" in judged.output
+    assert registry.canary(settings) is None
+    assert registry.alias_version(settings) == champion  # production never changed
+    ended = registry.history(settings, registry.CANARY_ALIAS)[-1]
+    assert (ended.from_version, ended.to_version) == (candidate, None)
+    assert ended.reason.startswith("canary analysis: failing: ")
+    assert "score distribution: fail" in ended.reason
+    assert "PSI " in ended.reason
+    tags = registry.client(settings).get_model_version(settings.model_name, candidate).tags
+    assert tags["decision"] == "reject"
+    assert tags["decision_reason"] == ended.reason
+
+
+def test_judge_promotes_an_equal_canary_once_labels_arrive_and_archives_the_champion(
+        tmp_path: Path, canary_settings: tuple[MonitoringSettings, str, str], live: Traffic, write_log: LogWriter,
+        contract: DataContract) -> None:
+    settings, champion, candidate = canary_settings
+    window = live("none")
+    canary, served = _arms(window, contract)
+    _serve(settings, write_log, canary, served, (champion, candidate))
+
+    waited = runner.invoke(app, ["model", "canary", "judge"])
+    assert waited.exit_code == 0
+    assert "verdict: wait" in waited.output
+    assert "action: nothing done" in waited.output
+    assert registry.canary(settings) == (candidate, 20.0)
+
+    labels = tmp_path / "labels.csv"
+    window[[contract.id_column, contract.label_column]].to_csv(labels, index=False)
+    ingest_labels(labels, contract, settings.monitoring_dir)
+    judged = runner.invoke(app, ["model", "canary", "judge"])
+
+    assert judged.exit_code == 0, judged.output
+    assert "verdict: promote" in judged.output
+    assert registry.alias_version(settings) == candidate
+    assert registry.canary(settings) is None
+    stage = registry.client(settings).get_model_version(settings.model_name, champion).current_stage
+    assert stage == "Archived"
+    moved = registry.history(settings, settings.serving_alias)[-1]
+    assert (moved.from_version, moved.to_version) == (champion, candidate)
+    assert moved.reason.startswith("canary analysis: every check passed")
