@@ -67,7 +67,7 @@ DASHBOARDS: dict[str, tuple[str, tuple[Panel, ...]]] = {
             ("time() - max by (monitor) (mlops_monitoring_job_last_success_timestamp_seconds)",
              "{{monitor}} since success")), "s"),
     )),
-    "quality": ("Model quality (late labels)", (
+    "quality": ("Model quality (late labels, and estimated before them)", (
         Panel("F1 per model version", (('max by (model_version, role) (mlops_model_quality{metric="f1"})',
                                          "v{{model_version}} {{role}}"),), "percentunit"),
         Panel("PR-AUC per model version", (('max by (model_version, role) (mlops_model_quality{metric="pr_auc"})',
@@ -77,6 +77,23 @@ DASHBOARDS: dict[str, tuple[str, tuple[Panel, ...]]] = {
              "v{{model_version}} {{role}} {{metric}}"),), "percentunit"),
         Panel("Labelled predictions", (("sum by (model_version, role) (mlops_model_labelled_predictions)",
                                         "v{{model_version}} {{role}}"),)),
+        # The estimate exists as soon as predictions are logged; the realized value only once labels arrive.
+        Panel("F1: estimated before labels vs realized", (
+            ('max by (model_version, role) (mlops_estimated_quality{metric="f1", bound="estimate"})',
+             "v{{model_version}} {{role}} estimated"),
+            ('max by (model_version, role) (mlops_estimated_quality{metric="f1", bound="low"})',
+             "v{{model_version}} {{role}} estimate 95 % low"),
+            ('max by (model_version, role) (mlops_estimated_quality{metric="f1", bound="high"})',
+             "v{{model_version}} {{role}} estimate 95 % high"),
+            ('max by (model_version, role) (mlops_model_quality{metric="f1"})', "v{{model_version}} {{role}} realized"),
+        ), "percentunit"),
+        Panel("Estimate gap and calibration", (
+            ("max by (model_version, role, metric) (mlops_estimated_quality_gap)",
+             "v{{model_version}} {{role}} {{metric}} realized - estimated"),
+            ("max by (model_version, role) (mlops_calibration_ece)", "v{{model_version}} {{role}} ECE"),
+            ("min by (model_version, role) (mlops_estimated_quality_reliable)",
+             "v{{model_version}} {{role}} estimate trusted (1)"),
+        )),
     )),
     "gpu": ("GPUs (DCGM exporter)", (
         Panel("GPU utilisation", (("avg by (Hostname, gpu) (DCGM_FI_DEV_GPU_UTIL)", "{{Hostname}} gpu{{gpu}}"),),
