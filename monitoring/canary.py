@@ -12,6 +12,7 @@ canary's window since it started and, when asked, acts on the verdict with its f
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Literal
@@ -25,6 +26,7 @@ from mlops import registry
 from mlops.contract import load_contract
 from mlops.errors import InputError
 from mlops.prediction_log import log_dir
+from monitoring import metrics
 from monitoring.labels import LABEL, average_precision, join_labels, read_labels
 from monitoring.settings import MonitoringSettings
 from monitoring.stats import ks_p, psi_from_counts
@@ -201,7 +203,9 @@ class CanaryRun(BaseModel):
 def run_canary(settings: MonitoringSettings, *, act: bool, actor: str) -> CanaryRun:
     """Judge the running canary on the log since it started; with ``act``, promote it (the previous
     production version archived) or roll it back (the canary ended, the version tagged rejected), the
-    verdict's figures in the audit record. InputError when no canary runs."""
+    verdict's figures in the audit record. InputError when no canary runs. The checks and the verdict
+    go to Prometheus (job ``mlops_canary``)."""
+    started = time.perf_counter()
     running = registry.canary(settings)
     if running is None:
         raise InputError(f"no canary of {settings.model_name} is running; start one with "
@@ -213,6 +217,8 @@ def run_canary(settings: MonitoringSettings, *, act: bool, actor: str) -> Canary
     window = read_window(log_dir(settings), WindowSpec(start=since))
     verdict = judge_canary(window, read_labels(settings.monitoring_dir), settings,
                            positive=load_contract(settings.contract_path).decisions.positive, canary_version=version)
+    metrics.publish(metrics.canary_registry(verdict, time.perf_counter() - started), metrics.CANARY_JOB,
+                    settings.monitoring_dir, settings.pushgateway_url)
     reason = f"canary analysis: {verdict.reason}"
     if not act or verdict.verdict == "wait":
         return CanaryRun(since=since, verdict=verdict, action="nothing done")

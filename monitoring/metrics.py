@@ -1,13 +1,15 @@
 """Prometheus metrics of the monitoring jobs: per-feature drift scores and levels, the estimated
 quality with its interval and level, job duration and last success, labelled model quality with the
-gap to the estimate and the calibration error. Each job fills a fresh registry and pushes it to the
-Pushgateway (MLOPS_PUSHGATEWAY_URL) that Prometheus scrapes; it is also written as a text file
-(``<home>/monitoring/<job>.prom``) for a node exporter's textfile collector."""
+gap to the estimate and the calibration error, the canary analysis' checks per arm and its verdict.
+Each job fills a fresh registry and pushes it to the Pushgateway (MLOPS_PUSHGATEWAY_URL) that
+Prometheus scrapes; it is also written as a text file (``<home>/monitoring/<job>.prom``) for a node
+exporter's textfile collector."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Gauge, push_to_gateway, write_to_textfile
 
@@ -15,8 +17,15 @@ from monitoring.drift import LEVELS, DriftReport
 from monitoring.estimated_quality import METRICS, EstimatedQuality
 from monitoring.labels import QualityRow
 
+if TYPE_CHECKING:  # the canary module publishes through this one
+    from monitoring.canary import CanaryVerdict
+
 DRIFT_JOB = "mlops_drift"
 QUALITY_JOB = "mlops_quality"
+CANARY_JOB = "mlops_canary"
+# Numbers a panel can plot and an alert can compare; "skipped" checks are not exported.
+CHECK_CODES = {"pass": 0, "not judged": 1, "fail": 2}
+VERDICT_CODES = {"wait": 0, "promote": 1, "roll back": 2}
 
 
 def drift_registry(reports: list[DriftReport], estimated: list[EstimatedQuality],
@@ -88,6 +97,31 @@ def quality_registry(rows: list[QualityRow], duration_s: float) -> CollectorRegi
         if row.ece is not None:
             ece.labels(row.model_version, row.role).set(row.ece)
     _job_gauges(registry, "quality", duration_s)
+    return registry
+
+
+def canary_registry(verdict: CanaryVerdict, duration_s: float) -> CollectorRegistry:
+    """Each judged check's figure per arm (with its version), each check's status, the rows per arm and the verdict."""
+    registry = CollectorRegistry()
+    value = Gauge("mlops_canary_check_value", "The canary analysis' figure of a check per arm.",
+                  ["check", "arm", "model_version"], registry=registry)
+    status = Gauge("mlops_canary_check_status", "A canary check: 0 pass, 1 not judged yet, 2 fail.", ["check"],
+                   registry=registry)
+    rows = Gauge("mlops_canary_window_rows", "Predictions per arm in the canary's window.", ["arm", "model_version"],
+                 registry=registry)
+    Gauge("mlops_canary_verdict", "The canary verdict: 0 wait, 1 promote, 2 roll back.", ["model_version"],
+          registry=registry).labels(verdict.canary_version or "").set(VERDICT_CODES[verdict.verdict])
+    arms = (("canary", verdict.canary_version, verdict.canary_rows),
+            ("champion", verdict.champion_version, verdict.champion_rows))
+    for arm, version, count in arms:
+        rows.labels(arm, version or "").set(count)
+    for check in verdict.checks:
+        if check.status in CHECK_CODES:
+            status.labels(check.name).set(CHECK_CODES[check.status])
+        for arm, version, figure in ((a, v, getattr(check, a)) for a, v, _ in arms):
+            if figure is not None:
+                value.labels(check.name, arm, version or "").set(figure)
+    _job_gauges(registry, "canary", duration_s)
     return registry
 
 

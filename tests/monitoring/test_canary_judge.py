@@ -197,6 +197,14 @@ def test_canary_status_prints_one_line_per_check_and_changes_nothing(
     assert lines[5] == "PR-AUC: not judged; not judged yet: 0 labelled rows, needs 300"
     assert lines[6] == "verdict: wait"
     assert registry.canary(settings) == (candidate, 20.0)
+    exported = (settings.monitoring_dir / "mlops_canary.prom").read_text()
+    assert f'mlops_canary_verdict{{model_version="{candidate}"}} 0.0' in exported
+    assert 'mlops_canary_check_status{check="PR-AUC"} 1.0' in exported
+    assert 'mlops_canary_check_status{check="score distribution"} 0.0' in exported
+    assert 'mlops_canary_check_status{check="error rate"}' not in exported  # skipped: nothing to plot
+    mean = f'mlops_canary_check_value{{arm="canary",check="score distribution",model_version="{candidate}"}}'
+    assert float(exported.split(mean)[1].split()[0]) == pytest.approx(canary["probability"].mean())
+    assert f'mlops_canary_window_rows{{arm="champion",model_version="{champion}"}} {float(len(served))}' in exported
 
 
 def test_canary_commands_without_a_canary_exit_2_in_one_line(
@@ -230,6 +238,9 @@ def test_judge_rolls_a_shifted_canary_back_with_its_figures_audited(
     assert ended.reason.startswith("canary analysis: failing: ")
     assert "score distribution: fail" in ended.reason
     assert "PSI " in ended.reason
+    exported = (settings.monitoring_dir / "mlops_canary.prom").read_text()
+    assert f'mlops_canary_verdict{{model_version="{candidate}"}} 2.0' in exported
+    assert 'mlops_canary_check_status{check="score distribution"} 2.0' in exported
     tags = registry.client(settings).get_model_version(settings.model_name, candidate).tags
     assert tags["decision"] == "reject"
     assert tags["decision_reason"] == ended.reason
