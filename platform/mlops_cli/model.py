@@ -139,8 +139,18 @@ def status_command() -> None:
 
 
 @canary_app.command("judge")
-def judge_command() -> None:
+def judge_command(
+    if_running: Annotated[bool, typer.Option("--if-running", help="No canary running is not an error (exit 0): "
+                                                                   "for a schedule.")] = False,
+) -> None:
     """Judge the running canary and act: promote (production moves to the canary, the previous version
     archived), roll back (the canary ends, its version tagged rejected), or wait (nothing). Each move is
     audited with the verdict's figures (`mlops model history`). Exit 2 when no canary runs."""
+    if if_running:
+        from mlops import registry
+
+        settings = _settings()
+        if registry.canary(settings) is None:
+            console.print(f"no canary of {settings.model_name} is running: nothing to judge", highlight=False)
+            return
     console.print(f"action: {_run(act=True).action}", highlight=False)

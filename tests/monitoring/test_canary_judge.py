@@ -207,7 +207,7 @@ def test_canary_status_prints_one_line_per_check_and_changes_nothing(
     assert f'mlops_canary_window_rows{{arm="champion",model_version="{champion}"}} {float(len(served))}' in exported
 
 
-def test_canary_commands_without_a_canary_exit_2_in_one_line(
+def test_canary_commands_without_a_canary_exit_2_in_one_line_but_the_schedules_exits_0(
         canary_settings: tuple[MonitoringSettings, str, str]) -> None:
     settings, _, _ = canary_settings
     registry.rollback(settings, actor="test", reason="ended")
@@ -217,6 +217,10 @@ def test_canary_commands_without_a_canary_exit_2_in_one_line(
         assert shown.exit_code == 2
         assert len(shown.output.strip().splitlines()) == 1
         assert "no canary of card-transactions is running" in shown.output
+    # The schedule's form: nothing to judge is not a failure.
+    scheduled = runner.invoke(app, ["model", "canary", "judge", "--if-running"])
+    assert scheduled.exit_code == 0
+    assert scheduled.output.strip() == "no canary of card-transactions is running: nothing to judge"
 
 
 def test_judge_rolls_a_shifted_canary_back_with_its_figures_audited(
