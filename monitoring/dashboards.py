@@ -95,6 +95,26 @@ DASHBOARDS: dict[str, tuple[str, tuple[Panel, ...]]] = {
              "v{{model_version}} {{role}} estimate trusted (1)"),
         )),
     )),
+    # One series per arm (canary and champion, with their versions) for each check's figure.
+    "canary": ("Canary analysis", (
+        Panel("Verdict (0 wait, 1 promote, 2 roll back)", (("max by (model_version) (mlops_canary_verdict)",
+                                                            "canary v{{model_version}}"),)),
+        Panel("Checks (0 pass, 1 not judged yet, 2 fail)", (("max by (check) (mlops_canary_check_status)",
+                                                             "{{check}}"),)),
+        Panel("Latency p99 per arm", (('max by (arm, model_version) (mlops_canary_check_value{check="latency p99"})',
+                                       "{{arm}} v{{model_version}}"),), "s"),
+        Panel("Mean probability per arm", (
+            ('max by (arm, model_version) (mlops_canary_check_value{check="score distribution"})',
+             "{{arm}} v{{model_version}}"),)),
+        Panel("Positive-decision rate per arm", (
+            ('max by (arm, model_version) (mlops_canary_check_value{check="decision rate"})',
+             "{{arm}} v{{model_version}}"),), "percentunit"),
+        Panel("PR-AUC per arm (late labels)", (
+            ('max by (arm, model_version) (mlops_canary_check_value{check="PR-AUC"})', "{{arm}} v{{model_version}}"),),
+              "percentunit"),
+        Panel("Predictions per arm in the window", (("max by (arm, model_version) (mlops_canary_window_rows)",
+                                                     "{{arm}} v{{model_version}}"),)),
+    )),
     "gpu": ("GPUs (DCGM exporter)", (
         Panel("GPU utilisation", (("avg by (Hostname, gpu) (DCGM_FI_DEV_GPU_UTIL)", "{{Hostname}} gpu{{gpu}}"),),
               "percent"),

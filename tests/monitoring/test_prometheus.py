@@ -19,8 +19,10 @@ import pytest
 import yaml
 from prometheus_stack import BINARIES, MISSING_REASON, PROMETHEUS_DIR, PrometheusStack, prometheus_stack, until
 
+from mlops import registry
 from mlops.prediction_log import PredictionLog, log_dir
 from mlops.reference_profile import ReferenceProfile
+from monitoring.canary import run_canary
 from monitoring.dashboards import DASHBOARD_DIR
 from monitoring.dashboards import main as dashboards_main
 from monitoring.job import run_drift
@@ -81,8 +83,20 @@ def test_prometheus_scrapes_the_jobs_and_every_panel_and_rule_evaluates(
     assert sum(r.labelled for r in quality) == len(window)
     assert sum(r.positives for r in quality) == int(window[contract.label_column].sum())
     assert {r.model_version for r in quality} == {str(version)}
+    # A canary on part of the same labelled traffic, judged (not acted on), then ended: the store is shared.
+    candidate = register_profile(settings, reference)
+    registry.start_canary(settings, candidate, 10, actor="test", reason="canary panels")
+    canary_log, after_start = PredictionLog(log_dir(settings)), datetime.now(UTC) + timedelta(seconds=1)
+    timed = window.assign(latency_s=np.linspace(0.005, 0.05, len(window)))
+    write_log(timed.iloc[1_500:], canary_log, version=version, logged_at=after_start)
+    write_log(timed.iloc[:1_500], canary_log, version=candidate, logged_at=after_start, role="canary")
+    canary_log.close()
+    judged = run_canary(settings, act=False, actor="test")
+    registry.rollback(settings, actor="test", reason="end of the panels' canary")
+    assert judged.verdict.canary_rows == 1_500
 
-    until(lambda: bool(stack.query("mlops_drift_level")) and bool(stack.query("mlops_model_quality")),
+    until(lambda: all(stack.query(metric) for metric in ("mlops_drift_level", "mlops_model_quality",
+                                                         "mlops_canary_verdict")),
            "Prometheus to scrape the pushed metrics")
     levels = {r["metric"]["feature"]: int(float(r["value"][1])) for r in
               stack.query("max by (feature) (mlops_drift_level)")}
