@@ -26,6 +26,7 @@ from mlops.settings import Settings
 from pipelines.demo_replay import pick_samples, replay, summary_line, with_outcomes
 from pipelines.orchestration.environment import settings_env
 from pipelines.orchestration.runner import new_run_name, run_log_path, run_pipeline
+from pipelines.settings import PipelineSettings
 from pipelines.steps.preprocess import time_split
 
 STARTUP_TIMEOUT_S = 120.0
@@ -74,7 +75,7 @@ def wait_ready(base_url: str, process: subprocess.Popen[bytes], log_path: Path) 
     raise MLOpsError(f"the service did not become ready in {STARTUP_TIMEOUT_S:.0f} s; see {log_path}")
 
 
-def run_demo(settings: Settings, rows: int, console: Console) -> None:
+def run_demo(settings: PipelineSettings, rows: int, console: Console) -> None:
     contract = load_contract(settings.contract_path)
     demo_dir = settings.resolved_home / "demo"
     demo_dir.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,8 @@ from mlflow_writes import MlflowGlobalWrites, count_global_writes
 from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
 from mlops.feature_replay import replay_features
-from mlops.settings import BUNDLED_CONTRACT, Settings
+from mlops.settings import BUNDLED_CONTRACT
+from pipelines.settings import PipelineSettings
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -144,11 +145,12 @@ atexit.register(_close_metric_files)
 
 
 @pytest.fixture
-def settings(mlflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    """Settings on an empty, migrated MLflow store, with MLOPS_HOME set for the CLI to find it too."""
+def settings(mlflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> PipelineSettings:
+    """The pipeline's settings (the base's and the training's) on an empty, migrated MLflow store, with
+    MLOPS_HOME set for the CLI to find it too."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("MLOPS_HOME", str(mlflow_home))
-    return Settings()
+    return PipelineSettings()
 
 
 

@@ -15,20 +15,20 @@ from typing import Any, cast
 
 from mlops.contract import DataContract, load_contract
 from mlops.registry_client import activate
-from mlops.settings import Settings
 from pipelines.orchestration.declaration import STEPS, Step, record_type
 from pipelines.orchestration.records import StepRecord, read_record
+from pipelines.settings import PipelineSettings
 
 
 @dataclass(frozen=True)
 class StepContext:
-    settings: Settings
+    settings: PipelineSettings
     contract: DataContract
     # DVC stages: train opens a model run nested under the data run (pipelines/orchestration/records.py).
     separate_model_run: bool = False
 
     @classmethod
-    def of(cls, settings: Settings, *, separate_model_run: bool = False) -> StepContext:
+    def of(cls, settings: PipelineSettings, *, separate_model_run: bool = False) -> StepContext:
         activate(settings)  # the steps log through MLflow's fluent API: its global URIs, once
         return cls(settings, load_contract(settings.contract_path), separate_model_run)
 

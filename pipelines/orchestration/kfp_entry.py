@@ -15,15 +15,15 @@ from pipelines.orchestration.declaration import RECORD, exposed_field, step_name
 
 def run_task(name: str, values: Mapping[str, Any]) -> str | None:
     """Run step ``name`` on the component's ``values``; the exposed record field when the step has one."""
-    from mlops.settings import Settings
     from pipelines.logs import configure_logging
     from pipelines.orchestration.context import StepContext, call_step, file_arguments
     from pipelines.orchestration.records import write_record
+    from pipelines.settings import PipelineSettings
 
     configure_logging()
     step = step_named(name)
     paths = {key: Path(value.path) for key, value in values.items() if hasattr(value, "path")}
-    record = call_step(step, StepContext.of(Settings()), file_arguments(step, values, paths))
+    record = call_step(step, StepContext.of(PipelineSettings()), file_arguments(step, values, paths))
     if record is None:
         return None
     write_record(paths[RECORD], record)

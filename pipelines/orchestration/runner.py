@@ -28,6 +28,7 @@ from pipelines.orchestration.declaration import STEPS, Step
 from pipelines.orchestration.environment import environment, settings_env
 from pipelines.orchestration.kfp_pipeline import COMPILED_PIPELINE
 from pipelines.orchestration.progress import ANSI_ESCAPE, StepReport, captured_run_output, key_figure
+from pipelines.settings import PipelineSettings
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -57,7 +58,7 @@ def run_log_path(settings: Settings, run_name: str) -> Path:
     return settings.logs_dir / f"{run_name}.log"
 
 
-def run_pipeline(source: str, settings: Settings, *, package: Path = COMPILED_PIPELINE,
+def run_pipeline(source: str, settings: PipelineSettings, *, package: Path = COMPILED_PIPELINE,
                  run_name: str | None = None, verbose: bool = False,
                  on_step: Callable[[StepReport], None] | None = None,
                  on_start: Callable[[], None] | None = None,
@@ -116,7 +117,7 @@ def run_pipeline(source: str, settings: Settings, *, package: Path = COMPILED_PI
     return _outcome(settings, run_name)
 
 
-def _with_tracking_store(settings: Settings) -> Settings:
+def _with_tracking_store(settings: PipelineSettings) -> PipelineSettings:
     """The settings with the tracking store named explicitly, so that no step creates one.
 
     The embedded home's store is created here on its first run. Steps then refuse a store that

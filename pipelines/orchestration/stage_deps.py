@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from mlops.settings import Settings
+from pipelines.settings import PipelineSettings
 
 REPO = Path(__file__).resolve().parents[2]
 PARAMS_FILE = REPO / "params.yaml"
@@ -123,7 +123,7 @@ def code_deps(function: str) -> list[str]:
 
 
 def _settings_read(nodes: list[ast.stmt]) -> set[str]:
-    fields = set(Settings.model_fields)
+    fields = set(PipelineSettings.model_fields)
     read: set[str] = set()
     for node in _runs(nodes):
         if isinstance(node, ast.Attribute) and node.attr in fields and ast.unparse(node.value).endswith("settings"):

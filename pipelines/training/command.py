@@ -24,6 +24,7 @@ from mlops.errors import InputError, NotFoundError, TrainingError
 from mlops.inference import OnnxModel
 from mlops.registry_client import activate, connect
 from mlops.settings import Settings
+from pipelines.settings import PipelineSettings
 from pipelines.steps.evaluate import compute_metrics
 from pipelines.training.entry import file_sha256, run_training
 from pipelines.training.export import export_step
@@ -48,7 +49,7 @@ def new_run(settings: Settings, tags: dict[str, str]) -> str:
     return str(registry.client(settings).create_run(experiment_id, tags=tags).info.run_id)
 
 
-def train_and_export(paths: dict[str, Path], out_dir: Path, checkpoint_dir: str, settings: Settings, *,
+def train_and_export(paths: dict[str, Path], out_dir: Path, checkpoint_dir: str, settings: PipelineSettings, *,
                      run_id: str | None = None, params: TrainParams | None = None) -> TrainReport | None:
     """Train, export and score the test split; None on ranks other than 0."""
     activate(settings)  # training logs through MLflow's fluent API
@@ -104,7 +105,7 @@ def logged_split(folder: Path, name: str) -> Path:
     return named if named.is_file() else folder / name
 
 
-def reproduce(run_id: str, out_dir: Path, settings: Settings) -> tuple[TrainReport, dict[str, tuple[str, str]]]:
+def reproduce(run_id: str, out_dir: Path, settings: PipelineSettings) -> tuple[TrainReport, dict[str, tuple[str, str]]]:
     """Re-run ``run_id`` from its recorded inputs in a new run; returns the report and {name: (then, now)}."""
     with tempfile.TemporaryDirectory() as tmp:
         original, params, paths = recorded_inputs(settings, run_id, Path(tmp) / "data")

@@ -26,7 +26,7 @@ from mlops.contract import DataContract, load_contract
 from mlops.errors import MLOpsError
 from mlops.model import fit_vocabularies
 from mlops.registry_client import activate
-from mlops.settings import Settings
+from pipelines.settings import PipelineSettings
 from pipelines.splits import split_paths
 from pipelines.training import distributed
 from pipelines.training.checkpoint import CheckpointStore, sigterm_requests_checkpoint
@@ -66,14 +66,14 @@ def checkpoint_location(base: str, resume_key: str | None, fingerprint: str) -> 
 
 
 def run_training(paths: dict[str, Path], out_dir: Path, checkpoint_dir: str, *, run_id: str | None = None,
-                 params: TrainParams | None = None, settings: Settings | None = None,
+                 params: TrainParams | None = None, settings: PipelineSettings | None = None,
                  resume_key: str | None = None) -> TrainOutcome:
     """Train on this process's rank; rank 0 writes the model and, given a run id, logs to MLflow.
 
     Checkpoints go to ``checkpoint_dir/<resume_key or training fingerprint>``: a rerun with the same key
     (the pipeline's run id on a retried step; the same data and settings otherwise) resumes.
     """
-    settings = settings or Settings()
+    settings = settings or PipelineSettings()
     contract = load_contract(settings.contract_path)
     params = params or TrainParams.from_settings(settings)
     vocabs = fit_vocabularies(contract)
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging()
     args = parse_args(argv)
     try:
-        settings = Settings()
+        settings = PipelineSettings()
         run_training(split_paths(args.data_dir), args.out_dir, args.checkpoint_dir or settings.resolved_checkpoint_dir,
                      run_id=args.run_id, settings=settings, resume_key=args.run_id)
     except TrainingPreempted as exc:

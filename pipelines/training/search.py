@@ -15,7 +15,7 @@ import mlflow
 
 from mlops.contract import load_contract
 from mlops.model import fit_vocabularies
-from mlops.settings import Settings
+from pipelines.settings import PipelineSettings
 from pipelines.training.data import read_split
 from pipelines.training.tracking import params_to_log
 from pipelines.training.trainer import TrainParams, train_model
@@ -39,7 +39,7 @@ def _suggest(trial: object, base: TrainParams) -> TrainParams:
     })
 
 
-def search(paths: dict[str, Path], trials: int, settings: Settings, parent_run_id: str) -> TrainParams:
+def search(paths: dict[str, Path], trials: int, settings: PipelineSettings, parent_run_id: str) -> TrainParams:
     """Run ``trials`` trials maximising validation PR-AUC; returns the best trial's settings."""
     import optuna
 

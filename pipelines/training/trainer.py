@@ -31,7 +31,7 @@ from mlops.calibration import CalibrationReport, calibration_report
 from mlops.contract import DataContract
 from mlops.errors import TrainingError
 from mlops.model import TabularMLP, fit_vocabularies
-from mlops.settings import Settings
+from pipelines.settings import PipelineSettings
 from pipelines.steps.calibration import fit_platt
 from pipelines.training.checkpoint import CheckpointStore, PreemptionFlag, TrainingPreempted
 from pipelines.training.data import (
@@ -53,7 +53,7 @@ _PREEMPTION_CHECK_EVERY = 16  # steps, when distributed
 
 
 class TrainParams(BaseModel):
-    """Everything that decides the trained weights; defaults live in Settings (``from_settings``)."""
+    """Everything that decides the trained weights; defaults live in PipelineSettings (``from_settings``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -74,7 +74,7 @@ class TrainParams(BaseModel):
     max_epoch_rows: int | None = Field(default=None, ge=1)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> TrainParams:
+    def from_settings(cls, settings: PipelineSettings) -> TrainParams:
         return cls.model_validate(settings.model_dump(include=set(cls.model_fields)))
 
 

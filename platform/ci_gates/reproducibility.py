@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ci_gates.outcome import GateOutcome, failed, passed
 from ci_gates.runs import TRAINED, newest_run
 from mlops.errors import TrainingError
-from mlops.settings import Settings
+from pipelines.settings import PipelineSettings
 
 if TYPE_CHECKING:
     from pipelines.training.command import TrainReport
@@ -27,7 +27,7 @@ GATE = "repro"
 _SHOWN_DIFFERENCES = 3
 
 
-def reproducibility_gate(settings: Settings, run_id: str | None = None) -> GateOutcome:
+def reproducibility_gate(settings: PipelineSettings, run_id: str | None = None) -> GateOutcome:
     """Train run ``run_id``'s recorded inputs (default: the newest training run's) twice and compare."""
     from pipelines.training.command import recorded_inputs
 
@@ -38,7 +38,7 @@ def reproducibility_gate(settings: Settings, run_id: str | None = None) -> GateO
                                      workdir=Path(tmp))
 
 
-def check_reproducibility(paths: dict[str, Path], runs: Sequence[TrainParams], settings: Settings, *,
+def check_reproducibility(paths: dict[str, Path], runs: Sequence[TrainParams], settings: PipelineSettings, *,
                           origin: str, workdir: Path) -> GateOutcome:
     """Train ``paths`` once per entry of ``runs`` and compare every run with the first, bit for bit.
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from mlops.settings import Settings
+from pipelines.settings import PipelineSettings
 
 
-class GateSettings(Settings):
+class GateSettings(PipelineSettings):
     """The base settings and the gates' floors: the candidate's F1, the service's p99 against its baseline."""
 
     gate_min_f1: float = Field(

@@ -2,10 +2,10 @@
 defaults = embedded mode.
 
 This base holds what the core and more than one deployable read (where state lives, the stores,
-the model and its alias, the training parameters, where the service listens). Each deployable
-adds its own on top and constructs its own class: ``serving.settings.ServingSettings``,
-``monitoring.settings.MonitoringSettings``, ``native_stack.settings.StackSettings``,
-``ci_gates.settings.GateSettings``. Core functions take this base.
+the model and its alias, where the service listens). Each deployable adds its own on top and
+constructs its own class: ``pipelines.settings.PipelineSettings`` (training, evaluation, the demo),
+``serving.settings.ServingSettings``, ``monitoring.settings.MonitoringSettings``,
+``native_stack.settings.StackSettings``, ``ci_gates.settings.GateSettings``. Core functions take this base.
 
 All embedded state lives under ``home`` (default ``.mlops``), so a clean start is deleting one
 folder. Derived locations are properties, not settings, so they always follow ``home`` unless
@@ -50,9 +50,17 @@ PROFILES_DIR = Path(__file__).parent / "profiles"
 # The settings the deployables add to the base; tests/platform/test_settings_per_deployable.py holds
 # this list to their classes.
 DEPLOYABLE_FIELDS = frozenset({
+    "promotion_margin", "promotion_min_pr_auc_lift", "seed", "max_epochs", "patience", "batch_size", "learning_rate",
+    "parity_tolerance", "device", "hidden_sizes", "dropout", "weight_decay", "precision", "compile_model",
+    "negative_sample_rate", "max_train_seconds", "max_epoch_rows", "checkpoint_dir", "checkpoint_interval_s",
+    "slice_f1_tolerance", "slice_min_positives", "slice_min_rows", "demo_rows",  # pipelines
     "max_clock_skew_s", "model_poll_interval_s", "max_body_bytes", "shadow", "prediction_log_fsync_interval_s",
     "grpc_port",  # serving
     "drift_psi_warning", "drift_psi_critical", "drift_min_rows", "drift_cooldown_s", "drift_retrain",  # monitoring
+    "estimate_drop_warning", "estimate_drop_critical", "calibration_ece_limit", "calibration_min_labelled",
+    "canary_min_rows", "canary_min_latency_rows", "canary_min_labelled", "canary_min_positives",
+    "canary_error_rate_margin", "canary_latency_ratio", "canary_score_psi", "canary_decision_rate_ratio",
+    "canary_pr_auc_margin", "canary_significance",
     "stack_postgres_port", "stack_prometheus_port", "stack_scrape_interval_s",  # native_stack
     "gate_min_f1", "gate_max_p99_ratio",  # ci_gates
 })
@@ -87,42 +95,6 @@ class Settings(BaseSettings):
     experiment: str = Field(default="", description="MLflow experiment; default: the contract's name.")
     model_name: str = Field(default="", description="Registered model; default: the contract's name.")
     serving_alias: str = "production"
-    promotion_margin: float = Field(default=0.02, ge=0.0, le=1.0,
-                                    description="Lower bound of the F1 gain's 95% paired-bootstrap interval needed.")
-    promotion_min_pr_auc_lift: float = Field(default=2.0, ge=1.0,
-                                             description="A candidate's PR-AUC must be this many times the base rate.")
-    seed: int = 42
-    max_epochs: int = Field(default=30, ge=1)
-    patience: int = Field(default=4, ge=1)
-    batch_size: int = Field(default=512, ge=1)
-    learning_rate: float = Field(default=2e-3, gt=0)
-    parity_tolerance: float = Field(default=1e-5, gt=0)
-    device: str = Field(default="auto", pattern="^(auto|cpu|cuda)$")
-    hidden_sizes: tuple[int, ...] = Field(default=(64, 32), min_length=1, description="MLP layer widths.")
-    dropout: float = Field(default=0.1, ge=0.0, lt=1.0)
-    weight_decay: float = Field(default=0.0, ge=0.0)
-    precision: Literal["auto", "fp32", "bf16"] = Field(
-        default="auto", description="auto = bf16 autocast on GPUs that support it, fp32 elsewhere."
-    )
-    compile_model: bool = Field(default=False, description="torch.compile the training module.")
-    negative_sample_rate: float = Field(default=1.0, gt=0, le=1, description="Share of negatives each "
-                                        "training epoch draws (weighted by its inverse); 1 = all.")
-    max_train_seconds: float | None = Field(default=None, gt=0, description="Wall-clock budget of training "
-                                            "beside max_epochs; the best epoch so far is kept.")
-    max_epoch_rows: int = Field(default=2_000_000, ge=1_000, description="Rows one training epoch draws at "
-                                "most: above it each epoch keeps every positive and a fresh sample of the "
-                                "negatives (weighted by its inverse).")
-    checkpoint_dir: str | None = Field(
-        default=None, description="Local path or fsspec URL for training checkpoints; default under home."
-    )
-    checkpoint_interval_s: float = Field(default=120.0, gt=0, description="Checkpoint at least this often.")
-    slice_f1_tolerance: float = Field(
-        default=0.1, ge=0.0, le=1.0, description="A slice's F1 may fall this far below production's."
-    )
-    slice_min_positives: int = Field(default=5, ge=1, description="Slices with fewer positives are not gated.")
-    slice_min_rows: int = Field(default=30, ge=1, description="Slices with fewer test rows are not scored "
-                                "(marked '(too few rows)' in the model card) nor gated.")
-    demo_rows: int = Field(default=30_000, ge=1_000)
     kfp_host: str | None = Field(default=None, description="Kubeflow Pipelines endpoint for submit/schedule.")
     admin_token: SecretStr | None = Field(default=None, description="Bearer token of the service's admin API.")
     dev_mode: bool = Field(
@@ -233,10 +205,6 @@ class Settings(BaseSettings):
     def logs_dir(self) -> Path:
         """One log file per local pipeline run: every step's streamed output and the libraries' logs."""
         return self.resolved_home / "logs"
-
-    @property
-    def resolved_checkpoint_dir(self) -> str:
-        return self.checkpoint_dir or str(self.resolved_home / "checkpoints")
 
     @property
     def kfp_root(self) -> Path:

@@ -16,6 +16,7 @@ from mlops_cli.output import load_settings as _settings
 
 if TYPE_CHECKING:
     from mlops.settings import Settings
+    from pipelines.settings import PipelineSettings
 
 # `mlops pipeline run --runner` (pipelines.orchestration.runner.Runner), checked before pipelines/ and kfp are imported.
 PIPELINE_RUNNERS = ("kfp", "inline")
@@ -71,14 +72,15 @@ def run_command(
     resolve_window(since, until, last_weeks)  # refused before settings, kfp, pandas and MLflow are even imported
     check_source(source)
     from mlops.run_lock import exclusive_pipeline_run
+    from pipelines.settings import PipelineSettings
 
-    settings = _settings()
+    settings = _settings(PipelineSettings)
     check_source_columns(source, load_contract(settings.contract_path))
     with exclusive_pipeline_run(settings):  # run_pipeline preflights the tracking store, once
         _run_locked(source, settings, run_name, verbose, (since, until, last_weeks), time.monotonic(), runner)
 
 
-def _run_locked(source: str, settings: Settings, run_name: str, verbose: bool, window: tuple[str, str, int],
+def _run_locked(source: str, settings: PipelineSettings, run_name: str, verbose: bool, window: tuple[str, str, int],
                 started: float, runner: str = "kfp") -> None:
     """The pipeline run of ``mlops pipeline run``, under the run lock."""
     import time
@@ -149,6 +151,7 @@ def demo_command(
 ) -> None:
     """Generate data, run the pipeline, serve the model, send sample transactions, stop."""
     from pipelines.demo import run_demo
+    from pipelines.settings import PipelineSettings
 
-    settings = _settings()
+    settings = _settings(PipelineSettings)
     run_demo(settings, rows or settings.demo_rows, console)

@@ -43,8 +43,9 @@ def _options(step: Step) -> list[inspect.Parameter]:
 def run_step(step: Step, values: dict[str, Any]) -> None:
     """Settings checked first (a bad MLOPS_* value or params file exits 2), then the step, errors as one line."""
     from pipelines.logs import configure_logging
+    from pipelines.settings import PipelineSettings
 
-    settings = load_settings()
+    settings = load_settings(PipelineSettings)
     configure_logging()
     from pipelines.orchestration.context import StepContext, call_step, file_arguments
     from pipelines.orchestration.records import write_record

@@ -31,7 +31,9 @@ def train_command(
     if reproduce is None and data_dir is None:
         _error_exit("--data-dir is required (or --reproduce RUN_ID)", 2)
     paths = split_paths(data_dir) if data_dir is not None else {}
-    settings = _settings()
+    from pipelines.settings import PipelineSettings
+
+    settings = _settings(PipelineSettings)
     from rich.table import Table
 
     from pipelines.logs import configure_logging

@@ -27,9 +27,9 @@ from feature_repo.store import materialize_online, publish_features
 from mlops import registry
 from mlops.contract import load_contract
 from mlops.data.generator import generate_transactions
-from mlops.settings import Settings
 from pipelines.orchestration.context import StepContext
 from pipelines.orchestration.tasks import ingest_task
+from pipelines.settings import PipelineSettings
 from pipelines.splits import split_paths
 from pipelines.training.command import recorded_inputs, train_and_export
 from serving.settings import ServingSettings
@@ -48,7 +48,7 @@ class GateHome:
     bad_run: str  # the newest pipeline run, which ingested invalid data
 
 
-def _register(settings: Settings, data_dir: Path, out: Path) -> str:
+def _register(settings: PipelineSettings, data_dir: Path, out: Path) -> str:
     report = train_and_export(split_paths(data_dir), out, str(out / "checkpoints"), settings)
     assert report is not None
     return registry.register_version(settings, report.model_uri, report.run_id, {"source": "tests/ci_gates"})

@@ -46,7 +46,7 @@ def test_bad_input_exits_2_with_a_message(args: list[str], message: str) -> None
 
 
 def test_invalid_setting_exits_2(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MLOPS_PROMOTION_MARGIN", "lots")
+    monkeypatch.setenv("MLOPS_TRACKING_HTTP_RETRIES", "lots")
     result = runner.invoke(app, ["data", "ingest", "tx.csv"])
     assert result.exit_code == 2
     assert "MLOPS_" in result.output

@@ -25,7 +25,6 @@ from feature_repo.store import materialize_online
 from mlops import registry
 from mlops.contract import load_contract
 from mlops.data.generator import generate_transactions
-from mlops.settings import Settings
 from monitoring.actions import read_history
 from monitoring.dashboards import DASHBOARD_DIR
 from monitoring.job import run_drift, running_retrainings
@@ -35,6 +34,7 @@ from monitoring.window import WindowSpec
 from pipelines.demo import free_port, replay_start, start_service, wait_ready
 from pipelines.demo_replay import request_body
 from pipelines.orchestration.runner import run_pipeline
+from pipelines.settings import PipelineSettings
 from pipelines.steps.preprocess import time_split
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200),
@@ -46,13 +46,13 @@ TOKEN = "closed-loop-token"
 
 
 @pytest.fixture
-def home(tmp_path: Path) -> Iterator[Settings]:
+def home(tmp_path: Path) -> Iterator[PipelineSettings]:
     with pytest.MonkeyPatch.context() as patch:
         for key, value in {"MLOPS_HOME": str(tmp_path / "home"), "MLOPS_MAX_EPOCHS": "3",
                            "MLOPS_ADMIN_TOKEN": TOKEN, "MLOPS_MODEL_POLL_INTERVAL_S": str(POLL_S),
                            "MLOPS_DRIFT_COOLDOWN_S": "3600"}.items():
             patch.setenv(key, value)
-        yield Settings()
+        yield PipelineSettings()
 
 
 def _timed(timings: dict[str, float], hop: str, action: Callable[[], T]) -> T:
@@ -85,7 +85,7 @@ def _has_data(stack: PrometheusStack, expr: str) -> bool:
     return bool(stack.query(expr))
 
 
-def test_drift_switches_to_fallback_retrains_and_the_service_follows(home: Settings, tmp_path: Path) -> None:
+def test_drift_switches_to_fallback_retrains_and_the_service_follows(home: PipelineSettings, tmp_path: Path) -> None:
     settings, contract = home, load_contract(home.contract_path)
     timings: dict[str, float] = {}
     data = generate_transactions(ROWS, seed=21)

@@ -31,12 +31,12 @@ from mlops.errors import PipelineError
 from mlops.feature_store import offline_features
 from mlops.inference import OnnxModel
 from mlops.prediction_log import log_dir, read_predictions
-from mlops.settings import Settings
 from pipelines.demo import free_port, replay_start, start_service, wait_ready
 from pipelines.demo_replay import request_body
 from pipelines.orchestration.environment import settings_env
 from pipelines.orchestration.progress import StepReport
 from pipelines.orchestration.runner import PipelineOutcome, run_log_path, run_pipeline
+from pipelines.settings import PipelineSettings
 from pipelines.steps.preprocess import time_split
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
@@ -46,7 +46,7 @@ PARITY_TOLERANCE = 1e-6
 
 @dataclass
 class Platform:
-    settings: Settings
+    settings: PipelineSettings
     contract: DataContract
     data: pd.DataFrame
     source: Path
@@ -79,7 +79,7 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> FirstRun:
     with pytest.MonkeyPatch.context() as patch:
         for key, value in {**ISOLATED_ENV, "MLOPS_HOME": str(home)}.items():
             patch.setenv(key, value)
-        settings = Settings()
+        settings = PipelineSettings()
         data = generate_transactions(ROWS, seed=11)
         source = home / "raw" / "transactions.parquet"
         source.parent.mkdir(parents=True)
@@ -101,17 +101,17 @@ def platform(first_run: FirstRun) -> Iterator[Platform]:
     with pytest.MonkeyPatch.context() as patch:
         for key, value in {**ISOLATED_ENV, "MLOPS_HOME": str(first_run.home)}.items():
             patch.setenv(key, value)
-        settings = Settings()
+        settings = PipelineSettings()
         yield Platform(settings, load_contract(settings.contract_path), first_run.data,
                        first_run.home / "raw" / "transactions.parquet", first_run.first, first_run.first_steps,
                        first_run.first_wall_s)
 
 
-def _run_metrics(settings: Settings, run_id: str) -> dict[str, float]:
+def _run_metrics(settings: PipelineSettings, run_id: str) -> dict[str, float]:
     return dict(registry.client(settings).get_run(run_id).data.metrics)
 
 
-def _history(settings: Settings, run_id: str, key: str) -> list[float]:
+def _history(settings: PipelineSettings, run_id: str, key: str) -> list[float]:
     history = registry.client(settings).get_metric_history(run_id, key)
     return [m.value for m in sorted(history, key=lambda m: m.step)]
 
@@ -210,7 +210,7 @@ def _skew_check_finds_no_skew(platform: Platform) -> None:
     assert "newer than the offline store" in result.stdout
 
 
-def _online_store_bytes(settings: Settings) -> bytes:
+def _online_store_bytes(settings: PipelineSettings) -> bytes:
     return (settings.feast_dir / "online.db").read_bytes()
 
 

@@ -21,6 +21,7 @@ from mlops.features import History, append_event, compute_features, empty_histor
 from mlops.model import encode
 from mlops.reference_profile import ReferenceProfile, build_profile
 from mlops.settings import Settings
+from pipelines.settings import PipelineSettings
 from pipelines.steps.preprocess import time_split
 from pipelines.training.trainer import TrainParams, train_model
 
@@ -85,8 +86,8 @@ class TrainedTraffic:
     def train(self, normal: pd.DataFrame) -> tuple[Callable[[pd.DataFrame], np.ndarray], ReferenceProfile]:
         """The scoring function of a model trained on the normal run's training days, and its reference."""
         splits = time_split(normal[normal["event_timestamp"] < self.end_of_training], self.contract)
-        params = TrainParams.from_settings(Settings(seed=self.seed, max_epochs=8, patience=3, batch_size=512,
-                                                    learning_rate=3e-3, device="cpu"))
+        params = TrainParams.from_settings(PipelineSettings(seed=self.seed, max_epochs=8, patience=3, batch_size=512,
+                                                            learning_rate=3e-3, device="cpu"))
         result = train_model(splits["train"], splits["validation"], self.contract, params)
 
         def scores(frame: pd.DataFrame) -> np.ndarray:

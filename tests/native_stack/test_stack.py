@@ -45,6 +45,7 @@ from native_stack.settings import StackSettings
 from pipelines.demo import replay_start
 from pipelines.demo_replay import request_body
 from pipelines.orchestration.runner import run_pipeline
+from pipelines.settings import PipelineSettings
 from pipelines.steps.preprocess import time_split
 
 
@@ -139,7 +140,8 @@ def _keys(client: redis.Redis) -> int:
 def promoted(running: RunningStack) -> str:
     """The first pipeline run on the stack (both tests below need it, in either order): its version."""
     started = time.monotonic()
-    outcome = run_pipeline(str(running.source), running.settings, run_name="on-stack", runner="inline")
+    # The pipeline's own settings, read from the stack's environment (yielded inside it).
+    outcome = run_pipeline(str(running.source), PipelineSettings(), run_name="on-stack", runner="inline")
     print(f"pipeline steps on the stack: {time.monotonic() - started:.1f} s")
     assert outcome.decision == "promote"
     assert outcome.version is not None

@@ -15,7 +15,6 @@ import yaml
 
 from mlops.data.generator import generate_transactions
 from mlops.errors import PipelineError
-from mlops.settings import Settings
 from pipelines.orchestration.context import StepContext
 from pipelines.orchestration.declaration import STEPS, Step, Takes
 from pipelines.orchestration.dvc_stages import dvc_yaml
@@ -23,6 +22,7 @@ from pipelines.orchestration.kfp_pipeline import compile_pipeline
 from pipelines.orchestration.progress import StepReport
 from pipelines.orchestration.records import IngestRecord
 from pipelines.orchestration.runner import run_log_path, run_pipeline
+from pipelines.settings import PipelineSettings
 
 SEEN: list[str] = []  # the ingest run ids the no-op step was handed
 
@@ -69,8 +69,8 @@ def test_a_declared_step_runs_in_the_inline_runner(mlflow_home: Path, tmp_path: 
     steps: list[StepReport] = []
     SEEN.clear()
     with pytest.raises(PipelineError, match="stopped at validate"):
-        run_pipeline(str(source), Settings(), run_name="with-noop", runner="inline", on_step=steps.append,
+        run_pipeline(str(source), PipelineSettings(), run_name="with-noop", runner="inline", on_step=steps.append,
                      steps=WITH_NOOP)
     assert [(s.step, s.succeeded) for s in steps] == [("ingest", True), ("noop", True), ("validate", False)]
     assert len(SEEN) == 1
-    assert "Task 'noop' finished with status SUCCESS" in run_log_path(Settings(), "with-noop").read_text()
+    assert "Task 'noop' finished with status SUCCESS" in run_log_path(PipelineSettings(), "with-noop").read_text()

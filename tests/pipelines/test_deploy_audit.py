@@ -9,13 +9,13 @@ from onnx import TensorProto, helper
 
 from mlops import registry
 from mlops.registry_client import activate
-from mlops.settings import Settings
 from pipelines.orchestration.context import StepContext
 from pipelines.orchestration.records import EvaluateRecord
 from pipelines.orchestration.tasks import deploy_task
+from pipelines.settings import PipelineSettings
 
 
-def _registered(settings: Settings, production_at_evaluation: str) -> tuple[str, str]:
+def _registered(settings: PipelineSettings, production_at_evaluation: str) -> tuple[str, str]:
     graph = helper.make_graph([helper.make_node("Identity", ["x"], ["probability"])], "identity",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch"])],
                               [helper.make_tensor_value_info("probability", TensorProto.FLOAT, ["batch"])])
@@ -29,7 +29,7 @@ def _registered(settings: Settings, production_at_evaluation: str) -> tuple[str,
     return run.info.run_id, version
 
 
-def test_the_audit_reason_is_the_evaluate_decisions_reason(settings: Settings) -> None:
+def test_the_audit_reason_is_the_evaluate_decisions_reason(settings: PipelineSettings) -> None:
     context = StepContext.of(settings)
     first_reason = "no model in production yet; PR-AUC 0.8123 above the floor 0.5"
     run_id, v1 = _registered(settings, "none")

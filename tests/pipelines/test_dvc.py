@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import mlflow
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -28,6 +27,7 @@ from mlops_cli.app import app
 from pipelines.orchestration import dvc_stages
 from pipelines.orchestration.dvc_stages import dvc_yaml
 from pipelines.orchestration.records import DeployRecord, EvaluateRecord, read_record, write_record
+from pipelines.settings import PipelineSettings
 
 DVC_FILE = REPO_ROOT / "dvc.yaml"
 PARAMS_FILE = REPO_ROOT / "params.yaml"
@@ -115,9 +115,10 @@ def test_params_yaml_holds_only_setting_defaults_that_a_stage_lists() -> None:
     values = params()
     used = {param for stage in stages().values() for param in stage.get("params", [])}
     assert set(values) == used, f"in params.yaml but no stage lists it: {set(values) - used}"
-    from_file = Settings(**values)  # keyword arguments win over any MLOPS_* variable of this shell
+    from_file = PipelineSettings(**values)  # keyword arguments win over any MLOPS_* variable of this shell
     for name in values:
-        assert getattr(from_file, name) == Settings.model_fields[name].default, f"{name} differs from its default"
+        default = PipelineSettings.model_fields[name].default
+        assert getattr(from_file, name) == default, f"{name} differs from its default"
 
 
 # --- the step commands' own refusals and the deploy rule (no MLflow needed) ---
@@ -171,21 +172,13 @@ def ran(output: str) -> list[str]:
 
 def logged_metrics(home: Path, run_id: str) -> dict[str, float]:
     """The metrics of one MLflow run in the registry under ``home``."""
-    try:
-        store = registry.client(Settings(home=home, tracking_uri=None, registry_uri=None))
-        return dict(store.get_run(run_id).data.metrics)
-    finally:
-        mlflow.set_tracking_uri(None)  # type: ignore[arg-type]  # None = unset: the next test decides again
-        mlflow.set_registry_uri(None)  # type: ignore[arg-type]
+    store = registry.client(Settings(home=home, tracking_uri=None, registry_uri=None))  # sets no global URI
+    return dict(store.get_run(run_id).data.metrics)
 
 
 def serving_version(home: Path) -> str | None:
     """The version holding the serving alias in the registry under ``home``."""
-    try:
-        return registry.alias_version(Settings(home=home, tracking_uri=None, registry_uri=None))
-    finally:
-        mlflow.set_tracking_uri(None)  # type: ignore[arg-type]  # None = unset: the next test decides again
-        mlflow.set_registry_uri(None)  # type: ignore[arg-type]
+    return registry.alias_version(Settings(home=home, tracking_uri=None, registry_uri=None))
 
 
 def assert_deploy_followed_evaluate(records: Path, home: Path, serving_before: str | None) -> None:

@@ -14,15 +14,15 @@ import pytest
 from mlops import registry
 from mlops.data.generator import generate_transactions
 from mlops.errors import PipelineError
-from mlops.settings import Settings
 from pipelines.orchestration.progress import StepReport
 from pipelines.orchestration.runner import run_log_path, run_pipeline
+from pipelines.settings import PipelineSettings
 
 
 def test_a_failed_step_stops_the_inline_run_names_the_step_and_registers_nothing(
         mlflow_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLOPS_HOME", str(mlflow_home))
-    settings = Settings()
+    settings = PipelineSettings()
     frame = generate_transactions(600, seed=5)
     frame.loc[frame.index[:3], "is_fraud"] = 2
     source = tmp_path / "label-out-of-range.parquet"

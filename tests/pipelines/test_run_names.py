@@ -17,11 +17,11 @@ from rich.console import Console
 
 from mlops import registry
 from mlops.data.generator import generate_transactions
-from mlops.settings import Settings
 from monitoring.estimated_quality import reference_estimate
 from monitoring.references import fetch_profile
 from pipelines.demo import print_next_steps
 from pipelines.orchestration.runner import run_pipeline
+from pipelines.settings import PipelineSettings
 from pipelines.steps.deploy import MAX_VERSION_TAGS
 from pipelines.steps.evaluate import EvaluationReport
 
@@ -31,7 +31,7 @@ def test_an_inline_run_is_named_after_its_outcome_and_holds_the_decision_and_tes
         mlflow_global_writes: MlflowGlobalWrites) -> None:
     monkeypatch.setenv("MLOPS_HOME", str(mlflow_home))
     monkeypatch.setenv("MLOPS_MAX_EPOCHS", "2")
-    settings = Settings()
+    settings = PipelineSettings()
     source = tmp_path / "transactions.parquet"
     generate_transactions(3000, seed=7, fraud_rate=0.08).to_parquet(source, index=False)
     outcome = run_pipeline(str(source), settings, run_name="named-after-outcome", runner="inline")
@@ -75,7 +75,7 @@ def test_an_inline_run_is_named_after_its_outcome_and_holds_the_decision_and_tes
     assert reference_estimate(profile) is not None
 
 
-def test_the_demo_links_the_experiments_runs_list(settings: Settings) -> None:
+def test_the_demo_links_the_experiments_runs_list(settings: PipelineSettings) -> None:
     console = Console(record=True, width=400)
     print_next_steps(console, settings)
     output = console.export_text()

@@ -6,22 +6,22 @@ from pathlib import Path
 
 import pytest
 
-from mlops.settings import Settings
 from pipelines.orchestration.environment import settings_env
+from pipelines.settings import PipelineSettings
 
 
 def test_settings_survive_the_environment_round_trip_secrets_included(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     for key in ("MLOPS_ADMIN_TOKEN", "MLOPS_HIDDEN_SIZES", "MLOPS_HOME"):
         monkeypatch.delenv(key, raising=False)
-    settings = Settings(home=tmp_path / "home", admin_token="s3cret-token", hidden_sizes=(16, 8))
+    settings = PipelineSettings(home=tmp_path / "home", admin_token="s3cret-token", hidden_sizes=(16, 8))
 
     env = settings_env(settings)
 
     assert env["MLOPS_ADMIN_TOKEN"] == "s3cret-token"
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    again = Settings()
+    again = PipelineSettings()
     assert again.admin_token is not None
     assert again.admin_token.get_secret_value() == "s3cret-token"
     assert again.hidden_sizes == (16, 8)

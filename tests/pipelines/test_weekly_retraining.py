@@ -21,12 +21,12 @@ from mlops import registry
 from mlops.data.generator import generate_transactions
 from mlops.errors import IngestError, RunLockedError
 from mlops.run_lock import exclusive_pipeline_run
-from mlops.settings import Settings
 from mlops_cli.app import app
 from pipelines.orchestration.context import StepContext
 from pipelines.orchestration.progress import key_figure
 from pipelines.orchestration.runner import _failure
 from pipelines.orchestration.tasks import ingest_task
+from pipelines.settings import PipelineSettings
 
 SYSTEMD_DIR = REPO_ROOT / "infra" / "systemd"
 runner = CliRunner()
@@ -43,8 +43,8 @@ def source(home: Path) -> Path:
 
 def test_ingest_keeps_the_window_and_reports_what_it_dropped(home: Path, source: Path) -> None:
     out = home / "windowed.parquet"
-    ingested = ingest_task(StepContext.of(Settings(home=home)), source=str(source), snapshot=out, run_name="windowed",
-                           since="2026-02-02", until="2026-02-16")
+    ingested = ingest_task(StepContext.of(PipelineSettings(home=home)), source=str(source), snapshot=out,
+                           run_name="windowed", since="2026-02-02", until="2026-02-16")
     run_id, sha256 = ingested.run_id, ingested.dataset_sha256
     kept = pd.read_parquet(out)
     times = kept["event_timestamp"]
@@ -52,7 +52,7 @@ def test_ingest_keeps_the_window_and_reports_what_it_dropped(home: Path, source:
     assert times.max() < pd.Timestamp("2026-02-16", tz="UTC")
     everything = pd.read_csv(source)
     assert 0 < len(kept) < len(everything)
-    run = registry.client(Settings(home=home)).get_run(run_id)
+    run = registry.client(PipelineSettings(home=home)).get_run(run_id)
     params = run.data.params
     assert int(params["window_rows"]) == len(kept)
     assert int(params["rows_outside_window"]) == len(everything) - len(kept)
@@ -64,16 +64,17 @@ def test_ingest_keeps_the_window_and_reports_what_it_dropped(home: Path, source:
 
 def test_without_a_window_ingest_keeps_every_row(home: Path, source: Path) -> None:
     out = home / "all.parquet"
-    run_id = ingest_task(StepContext.of(Settings(home=home)), source=str(source), snapshot=out, run_name="all").run_id
+    run_id = ingest_task(StepContext.of(PipelineSettings(home=home)), source=str(source), snapshot=out,
+                         run_name="all").run_id
     assert len(pd.read_parquet(out)) == len(pd.read_csv(source))
-    assert "window_rows" not in registry.client(Settings(home=home)).get_run(run_id).data.params
+    assert "window_rows" not in registry.client(PipelineSettings(home=home)).get_run(run_id).data.params
 
 
 def test_an_empty_window_stops_the_run_at_ingest_as_bad_input(home: Path, source: Path) -> None:
     with pytest.raises(IngestError, match=r"no rows in the training window \[2025-01-01"):
-        ingest_task(StepContext.of(Settings(home=home)), source=str(source), snapshot=home / "empty.parquet",
+        ingest_task(StepContext.of(PipelineSettings(home=home)), source=str(source), snapshot=home / "empty.parquet",
                     run_name="empty-window", since="2025-01-01", until="2025-02-01")
-    failure = _failure(Settings(home=home), "empty-window", RuntimeError("task failed"))
+    failure = _failure(PipelineSettings(home=home), "empty-window", RuntimeError("task failed"))
     assert failure.step == "ingest"
     assert failure.exit_code == 2
     assert failure.message.startswith("pipeline stopped at ingest: no rows in the training window")
@@ -94,7 +95,7 @@ def test_cli_refuses_a_bad_window_before_running(home: Path, source: Path, args:
 
 def test_a_second_run_exits_at_once_while_the_lock_is_held(tmp_path: Path, source: Path) -> None:
     env = {**os.environ, "MLOPS_HOME": str(tmp_path)}
-    with exclusive_pipeline_run(Settings(home=tmp_path)):
+    with exclusive_pipeline_run(PipelineSettings(home=tmp_path)):
         result = subprocess.run([str(Path(sys.executable).with_name("mlops")), "pipeline", "run", str(source),
                                  "--last-weeks", "4"], env=env, capture_output=True, text=True, timeout=10,
                                 check=False)

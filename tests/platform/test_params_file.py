@@ -10,8 +10,9 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from mlops.errors import ConfigError
-from mlops.settings import PARAMS_FILE_VARIABLE, Settings
+from mlops.settings import PARAMS_FILE_VARIABLE
 from mlops_cli.app import app
+from pipelines.settings import PipelineSettings
 
 runner = CliRunner()
 
@@ -29,39 +30,39 @@ def params_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_a_params_file_is_ignored_unless_named(params_file: Path) -> None:
-    assert Settings().max_epochs == Settings.model_fields["max_epochs"].default
+    assert PipelineSettings().max_epochs == PipelineSettings.model_fields["max_epochs"].default
 
 
 def test_the_named_params_file_sets_settings(params_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PARAMS_FILE_VARIABLE, params_file.name)  # relative: to the working directory, as DVC runs
-    settings = Settings()
+    settings = PipelineSettings()
     assert (settings.max_epochs, settings.hidden_sizes, settings.promotion_margin) == (3, (16, 8), 0.05)
 
 
 def test_environment_variables_win_over_the_params_file(params_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PARAMS_FILE_VARIABLE, str(params_file))
     monkeypatch.setenv("MLOPS_MAX_EPOCHS", "7")
-    settings = Settings()
+    settings = PipelineSettings()
     assert (settings.max_epochs, settings.hidden_sizes) == (7, (16, 8))
 
 
 def test_a_missing_params_file_is_a_config_error(params_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PARAMS_FILE_VARIABLE, "nowhere.yaml")
     with pytest.raises(ConfigError, match=r"MLOPS_PARAMS_FILE=nowhere.yaml: no such file"):
-        Settings()
+        PipelineSettings()
 
 
 def test_a_key_that_names_no_setting_is_refused(params_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     params_file.write_text("max_epoch: 3\n")
     monkeypatch.setenv(PARAMS_FILE_VARIABLE, str(params_file))
     with pytest.raises(ValidationError, match="max_epoch"):
-        Settings()
+        PipelineSettings()
 
 
 @pytest.mark.parametrize(("content", "expected"), [
     ("max_epochs: [3\n", "is not valid YAML"),
     ("- 3\n", "must map setting names to values, not hold a list"),
-    ("max_epochs: many\n", "invalid MLOPS_* setting or in MLOPS_PARAMS_FILE="),
+    ("port: many\n", "invalid MLOPS_* setting or in MLOPS_PARAMS_FILE="),
 ])
 def test_the_cli_refuses_a_bad_params_file_in_one_line(params_file: Path, monkeypatch: pytest.MonkeyPatch,
                                                        content: str, expected: str) -> None:
@@ -83,8 +84,8 @@ def test_precedence_is_environment_then_params_file_then_profile(
     (tmp_path / "params.yaml").write_text("port: 8123\n")
     monkeypatch.setenv("MLOPS_PROFILE", "stack")
     monkeypatch.setenv(PARAMS_FILE_VARIABLE, "params.yaml")
-    settings = Settings()
+    settings = PipelineSettings()
     assert settings.port == 8123  # params file over profile
     assert settings.pushgateway_url == "http://127.0.0.1:9091"  # profile over default
     monkeypatch.setenv("MLOPS_PORT", "8456")
-    assert Settings().port == 8456  # environment over both
+    assert PipelineSettings().port == 8456  # environment over both

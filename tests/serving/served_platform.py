@@ -26,6 +26,7 @@ from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
 from mlops.registry_client import activate
 from mlops.store_location import relocate_store
+from pipelines.settings import PipelineSettings
 from pipelines.training.export import export_and_check, log_model_to_mlflow
 from pipelines.training.trainer import TrainParams, train_model
 from serving.settings import ServingSettings
@@ -61,10 +62,10 @@ def build_platform(settings: ServingSettings) -> ServedPlatform:
     materialize_online(settings, contract, transactions[contract.timestamp_column].max().to_pydatetime())
     train, val, test = _time_split(feature_store.offline_features(settings, contract, transactions), contract)
 
-    params = TrainParams.from_settings(settings)
-    result = train_model(train, val, contract, params)
+    training = PipelineSettings()  # the pipeline's settings in the same environment (MLOPS_MAX_EPOCHS)
+    result = train_model(train, val, contract, TrainParams.from_settings(training))
     export = export_and_check(result.trained, contract, test, settings.runs_dir / "serving-test",
-                              settings.parity_tolerance, metadata={"model_name": settings.model_name,
+                              training.parity_tolerance, metadata={"model_name": settings.model_name,
                                                  "contract_sha256": contract.fingerprint})
 
     experiment_id = registry.ensure_experiment(settings)

@@ -24,6 +24,7 @@ from served_platform import ServedPlatform
 from feature_repo.store import materialize_online, publish_features
 from mlops.data.examples import example_generator
 from pipelines.demo import free_port, replay_start, start_service, wait_ready
+from pipelines.settings import PipelineSettings
 from serving.settings import ServingSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,8 +50,8 @@ def demo_data(platform_home: ServedPlatform) -> pd.DataFrame:
     settings, contract = platform_home.settings, platform_home.contract
     path = settings.resolved_home / "demo" / "demo.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
-    example_generator(contract)(path, settings.demo_rows, contract, seed=settings.seed, scenario="none",
-                                fraud_rate=0.015)
+    demo = PipelineSettings()  # the demo's size and seed
+    example_generator(contract)(path, demo.demo_rows, contract, seed=demo.seed, scenario="none", fraud_rate=0.015)
     frame = pd.read_parquet(path)
     # A fresh feature registry and online store, as in the demo's new home (a materialization here
     # only merges what is newer than the copy's last one, which is later than the demo's).

@@ -20,7 +20,7 @@ from mlops.contract import DataContract
 from mlops.errors import TrainingError
 from mlops.inference import OnnxModel
 from mlops.model import encode
-from mlops.settings import Settings
+from pipelines.settings import PipelineSettings
 from pipelines.training.export import ExportResult, export_and_check, log_model_to_mlflow
 from pipelines.training.tracking import log_training, params_from_run
 from pipelines.training.trained_model import load_trained, save_trained
@@ -29,7 +29,7 @@ from pipelines.training.trainer import EpochMetrics, TrainParams, TrainResult, b
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 
 PARAMS = TrainParams.from_settings(
-    Settings(seed=11, max_epochs=12, patience=3, batch_size=256, learning_rate=3e-3, device="cpu")
+    PipelineSettings(seed=11, max_epochs=12, patience=3, batch_size=256, learning_rate=3e-3, device="cpu")
 )
 
 
@@ -73,10 +73,10 @@ def _scores(result: TrainResult, frame: pd.DataFrame, contract: DataContract) ->
 
 
 def test_params_come_from_settings() -> None:
-    params = TrainParams.from_settings(Settings(seed=5, max_epochs=3, device="cpu"))
+    params = TrainParams.from_settings(PipelineSettings(seed=5, max_epochs=3, device="cpu"))
     assert (params.seed, params.max_epochs, params.device) == (5, 3, "cpu")
-    assert params.batch_size == Settings().batch_size
-    assert params.hidden_sizes == Settings().hidden_sizes
+    assert params.batch_size == PipelineSettings().batch_size
+    assert params.hidden_sizes == PipelineSettings().hidden_sizes
     with pytest.raises(ValidationError):
         TrainParams.model_validate({"seed": 1, "epochs": 3})
 

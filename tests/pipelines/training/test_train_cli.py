@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 from mlops import registry
 from mlops.contract import DataContract
-from mlops.settings import Settings
 from mlops_cli.app import app
+from pipelines.settings import PipelineSettings
 
 runner = CliRunner()
 # Dropout off: the 2-rank run then sees exactly the single run's batches (see pipelines/training/distributed.shard),
@@ -47,7 +47,7 @@ def single_run(home: Path, data_dir: Path) -> str:
 
 
 def _client(home: Path) -> MlflowClient:
-    return registry.client(Settings(home=home))
+    return registry.client(PipelineSettings(home=home))
 
 
 def _sha256(path: Path) -> str:
@@ -112,14 +112,14 @@ def pipeline_onnx(home: Path, data_dir: Path) -> Path:
     from pipelines.splits import split_paths
 
     client = _client(home)
-    run_id = client.create_run(registry.ensure_experiment(Settings())).info.run_id
+    run_id = client.create_run(registry.ensure_experiment(PipelineSettings())).info.run_id
     artifacts = home / "pipeline"
     splits = {name: artifacts / "preprocess" / name for name in ("train", "validation", "test")}
     for name, path in split_paths(data_dir).items():
         splits[name].parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, splits[name])
     model_dir, onnx_dir = artifacts / "train" / "model", artifacts / "export" / "onnx"
-    context = StepContext.of(Settings())
+    context = StepContext.of(PipelineSettings())
     trained = tasks.train_task(context, train=splits["train"], validation=splits["validation"], test=splits["test"],
                                ingested=IngestRecord(run_id=run_id, dataset_sha256=""), model=model_dir)
     tasks.export_task(context, model=model_dir, test=splits["test"], trained=trained, onnx=onnx_dir)

@@ -15,7 +15,7 @@ import torch
 
 from mlops.contract import DataContract
 from mlops.errors import TrainingError
-from mlops.settings import Settings
+from pipelines.settings import PipelineSettings
 from pipelines.splits import split_paths
 from pipelines.training.checkpoint import PREEMPTED_EXIT_CODE, CheckpointStore
 from pipelines.training.entry import run_training
@@ -51,7 +51,7 @@ def test_sigterm_mid_epoch_then_resume_gives_bitwise_same_weights(
         monkeypatch.setenv(key, value)
     # The uninterrupted run in this process (same code, same thread count), the interrupted one as a real process.
     run_training(split_paths(data_dir), tmp_path / "straight", str(tmp_path / "ckpt-straight"),
-                 settings=Settings(home=tmp_path / "home"))
+                 settings=PipelineSettings(home=tmp_path / "home"))
 
     interrupted_out, checkpoints = tmp_path / "interrupted", tmp_path / "ckpt"
     proc = subprocess.Popen(_command(data_dir, interrupted_out, checkpoints), env=env, stderr=subprocess.PIPE,
@@ -86,7 +86,7 @@ def test_sigterm_mid_epoch_then_resume_gives_bitwise_same_weights(
 
 
 def test_checkpoint_of_other_settings_is_refused(splits: Splits, contract: DataContract, tmp_path: Path) -> None:
-    params = TrainParams.from_settings(Settings(seed=1, max_epochs=1, device="cpu"))
+    params = TrainParams.from_settings(PipelineSettings(seed=1, max_epochs=1, device="cpu"))
     store = CheckpointStore(str(tmp_path / "ckpt"))
     train_model(splits[0], splits[1], contract, params, checkpointing=Checkpointing(store, "a" * 64))
     with pytest.raises(TrainingError, match="another --checkpoint-dir"):

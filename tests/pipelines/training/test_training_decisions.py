@@ -26,10 +26,11 @@ from mlops.feature_replay import replay_features
 from mlops.inference import OnnxModel
 from mlops.model import TabularMLP, encode, fit_vocabularies
 from mlops.onnx_export import export_onnx
-from mlops.settings import Settings
+from mlops.registry_client import activate
 from pipelines.orchestration.context import StepContext
 from pipelines.orchestration.records import ExportRecord
 from pipelines.orchestration.tasks import evaluate_task
+from pipelines.settings import PipelineSettings
 from pipelines.steps.evaluate import EvaluationReport, QualityGates, evaluate
 from pipelines.training.entry import run_training
 from pipelines.training.export import ExportResult, log_model_to_mlflow
@@ -38,7 +39,7 @@ from pipelines.training.trainer import TrainParams, TrainResult, best_f1_thresho
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 
 LABEL_NOISE = 0.25  # share of frauds relabelled legit; as many legit rows become fraud
-SETTINGS = Settings(seed=11, max_epochs=20, patience=2, batch_size=128, learning_rate=1e-2, device="cpu")
+SETTINGS = PipelineSettings(seed=11, max_epochs=20, patience=2, batch_size=128, learning_rate=1e-2, device="cpu")
 PARAMS = TrainParams.from_settings(SETTINGS)
 # Gates that never block: these tests are about the F1 rule and the thresholds.
 NO_GATES = QualityGates(slice_f1_tolerance=1.0, slice_min_positives=1_000_000)
@@ -154,7 +155,7 @@ def test_best_f1_threshold_on_hand_made_scores(labels: list[int], probs: list[fl
 
 
 def test_train_params_are_read_from_settings() -> None:
-    settings = Settings(seed=5, max_epochs=7, patience=3, batch_size=64, learning_rate=3e-3, device="cpu")
+    settings = PipelineSettings(seed=5, max_epochs=7, patience=3, batch_size=64, learning_rate=3e-3, device="cpu")
     params = TrainParams.from_settings(settings)
     assert (params.seed, params.max_epochs, params.patience, params.batch_size, params.learning_rate) == (
         5, 7, 3, 64, 3e-3)
@@ -233,7 +234,7 @@ def test_evaluate_applies_the_margin_from_settings_to_the_gains_lower_bound(
     # A margin just above the lower bound refuses even though the point gain clears it.
     margin = round(max(low, 0.0) + 0.01, 4)
     assert margin < gain
-    settings = Settings(promotion_margin=margin)
+    settings = PipelineSettings(promotion_margin=margin)
     report = _evaluate(noisy, contract, onnx_at["best"], onnx_at["half"], settings.promotion_margin, tmp_path)
     assert report.margin == margin
     assert report.decision == "reject"
@@ -241,19 +242,19 @@ def test_evaluate_applies_the_margin_from_settings_to_the_gains_lower_bound(
 
 
 @pytest.fixture
-def home_with_margin(mlflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
+def home_with_margin(mlflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PipelineSettings]:
     monkeypatch.setenv("MLOPS_HOME", str(mlflow_home))
     monkeypatch.setenv("MLOPS_PROMOTION_MARGIN", "0.37")  # not the default 0.02
-    yield Settings()
+    yield PipelineSettings()
     mlflow.set_tracking_uri(None)  # type: ignore[arg-type]  # None = unset, the environment decides again
     mlflow.set_registry_uri(None)  # type: ignore[arg-type]
 
 
 def test_evaluate_task_takes_the_margin_from_settings(
-    home_with_margin: Settings, onnx_at: dict[str, OnnxModel], noisy: Splits, tmp_path: Path
+    home_with_margin: PipelineSettings, onnx_at: dict[str, OnnxModel], noisy: Splits, tmp_path: Path
 ) -> None:
     settings = home_with_margin
-    client = registry.client(settings)
+    client = activate(settings).client  # log_model_to_mlflow is fluent
     experiment_id = registry.ensure_experiment(settings)
     uris = {}
     for name in ("half", "best"):
