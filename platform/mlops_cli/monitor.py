@@ -95,23 +95,25 @@ def labels_ingest_command(
 ) -> None:
     """Store late labels by id (a later label for the same id replaces the earlier one).
 
-    With label features in the contract, every stored label is then set on its event in the online
-    histories of the event's entities (idempotent: ingesting a file again changes nothing).
+    With label features in the contract, each stored label not delivered yet (a new id or a changed
+    verdict) is then set on its event in the online histories of the event's entities; a label whose
+    prediction is not logged yet waits for the next ingest.
     """
     if not source.is_file():
         _error_exit(f"label file not found: {source}", 2)
     from mlops.contract import load_contract
-    from monitoring.label_features import deliver_labels, uses_labels
-    from monitoring.labels import ingest_labels, read_labels
+    from monitoring.label_features import deliver_new_labels, uses_labels
+    from monitoring.labels import ingest_labels
 
     settings = _settings()
     contract = load_contract(settings.contract_path)
     read, stored = ingest_labels(source, contract, settings.monitoring_dir)
     console.print(f"ingested {read:,} labels from {source}; {stored:,} labels stored")
     if uses_labels(contract):
-        delivery = deliver_labels(settings, contract, read_labels(settings.monitoring_dir))
-        console.print(f"online label features: {delivery.logged:,} of {delivery.labels:,} labels have a logged "
-                      f"prediction; {delivery.histories:,} entity histories updated")
+        delivery = deliver_new_labels(settings, contract)
+        console.print(f"online label features: {delivery.labels:,} labels not delivered yet, {delivery.logged:,} "
+                      f"with a logged prediction ({delivery.pending:,} wait for theirs); "
+                      f"{delivery.histories:,} entity histories updated")
 
 
 @labels_app.command("quality")

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Hashable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -122,12 +124,49 @@ def test_labels_ingested_late_and_out_of_order_reach_the_online_label_features(
         shuffled = frame.sample(frac=1.0, random_state=4)  # labels arrive in any order
         first, rest = shuffled.iloc[:25], shuffled.iloc[25:]
         output = ingest(tmp_path / "first.csv", first)
-        assert "25 of 25 labels have a logged prediction" in output
+        assert "25 labels not delivered yet, 25 with a logged prediction (0 wait for theirs)" in output
         assert_online_equals_offline(online, frame, labelled, delivered=set(first[ID]))
         ingest(tmp_path / "rest.csv", rest.assign(**{LABEL: 1 - rest[LABEL]}))  # a first verdict ...
         ingest(tmp_path / "rest.csv", rest)  # ... overturned: the later label wins
-        assert "0 entity histories updated" in ingest(tmp_path / "again.csv", rest)  # idempotent
+        again = ingest(tmp_path / "again.csv", rest)  # nothing new: nothing is sent to the store again
+        assert "0 labels not delivered yet, 0 with a logged prediction" in again
+        assert "0 entity histories updated" in again
         assert assert_online_equals_offline(online, frame, labelled, delivered=set(frame[ID])) >= 1.0
+    finally:
+        online.close()
+        log.close()
+
+
+def test_a_label_ahead_of_its_prediction_waits_and_is_delivered_once_it_is_logged(
+        labelled: DataContract, tmp_path: Path) -> None:
+    settings = Settings()
+    frame = events_frame(6, seed=5)
+    publish_features(frame.head(0), labelled, settings)
+    online = open_online_features(settings, labelled)
+    log = PredictionLog(log_dir(settings), fsync_interval_s=0)
+    rows = frame.to_dict("records")
+    try:
+        def serve(row: dict[Hashable, Any]) -> None:
+            moment = pd.Timestamp(row[TS]).to_pydatetime()
+            keys = {"customer_id": str(row["customer_id"]), "merchant_id": str(row["merchant_id"])}
+            amount = float(row["amount"])
+            online.record_events([OnlineEvent(keys, str(row[ID]), moment, {"amount": amount})])
+            log.write([PredictionRecord(event_id=str(row[ID]), event_timestamp=moment, entities=keys,
+                                        inputs={"amount": amount}, features={}, unknown_entities=[],
+                                        unknown_categories=[], logged_at=moment, probability=0.5,
+                                        decision="legit", model_name="m", model_version="1")])
+
+        for row in rows[:4]:
+            serve(row)
+        # The labels of all six arrive before the last two predictions are logged.
+        assert "6 labels not delivered yet, 4 with a logged prediction (2 wait for theirs)" in ingest(
+            tmp_path / "early.csv", frame)
+        for row in rows[4:]:
+            serve(row)
+        later = ingest(tmp_path / "one.csv", frame.head(1))  # any later ingest retries the waiting ones
+        assert "2 labels not delivered yet, 2 with a logged prediction (0 wait for theirs)" in later
+        assert_online_equals_offline(online, frame, labelled, delivered=set(frame[ID]))
+        assert "0 labels not delivered yet" in ingest(tmp_path / "again.csv", frame)
     finally:
         online.close()
         log.close()
