@@ -2,7 +2,9 @@
 offline point-in-time features for the same entities and times (the ones training would get).
 
 A prediction after the newest offline event cannot be compared (the offline store has not seen
-that period yet); those are counted, not judged.
+that period yet); those are counted, not judged. Label features are reported apart: online they
+count only the labels delivered before the prediction was served, offline every label, so they
+differ while labels are late without any skew in the code.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class SkewReport(BaseModel):
     max_abs_diff: float
     worst_feature: str | None
     worst_event: str | None
+    label_features_differing: int = 0  # predictions whose label features differ (labels delivered late)
 
     @property
     def share_differing(self) -> float:
@@ -53,10 +56,16 @@ def check_skew(settings: Settings, contract: DataContract, *, sample: int, toler
     # The logged raw inputs carry the request's own values that ratio_to_mean and zscore compare.
     asked = pd.DataFrame([{**r.inputs, **r.entities, ts: pd.Timestamp(r.event_timestamp)} for r in covered])
     answers = offline_features(settings, contract, asked)[contract.feature_names].to_dict("records")
+    labels = {f.name for view in contract.feature_views for f in view.features if f.is_label}
     for record, offline in zip(covered, answers, strict=True):
         # A feature the service did not log counts as infinitely different.
         diffs = {name: abs(offline[name] - record.features[name]) if name in record.features else math.inf
                  for name in contract.feature_names}
+        if any(diffs[name] > tolerance for name in labels):
+            report.label_features_differing += 1
+        diffs = {name: diff for name, diff in diffs.items() if name not in labels}
+        if not diffs:
+            continue
         worst = max(diffs, key=diffs.__getitem__)
         largest = diffs[worst]
         if largest > tolerance:

@@ -92,5 +92,9 @@ def skew_command(
                   f"({report.beyond_offline:,} newer than the offline store, not compared): "
                   f"{report.share_differing:.2%} differ by more than {tolerance:g}; "
                   f"largest difference {report.max_abs_diff:.3g}{worst}", highlight=False)
+    if report.label_features_differing:
+        console.print(f"label features differ on {report.label_features_differing:,} of them: served, they count "
+                      "only the labels delivered before the prediction (`mlops labels ingest`); not skew",
+                      highlight=False)
     if report.share_differing > threshold:
         raise FeatureSkewError(f"feature skew {report.share_differing:.2%} is above the threshold {threshold:.2%}")

@@ -745,6 +745,40 @@ def test_the_skew_check_compares_current_value_features_with_the_logged_inputs(
 
 
 
+def test_the_skew_check_reports_late_labels_apart_from_skew(contract: DataContract, tmp_path: Path) -> None:
+    """Served before any label arrived, the label features are 0 online and not offline: reported apart,
+    not as skew; a value feature the service got wrong is still skew."""
+    from mlops.feature_skew import check_skew
+    from mlops.prediction_log import PredictionLog, PredictionRecord, log_dir
+
+    labelled = with_label_features(contract)
+    settings = Settings(home=tmp_path)
+    rng = random.Random(5)
+    frame = stream_frame([(rng.choice(["c1", "c2"]), rng.choice(["m1", "m2"]), timedelta(hours=rng.randint(0, 400)),
+                           rng.randint(1, 9_999) / 100) for _ in range(40)])
+    frame["is_fraud"] = [1] * 20 + [0] * 20
+    publish_features(frame, labelled, settings)
+    served = replay_features(frame.drop(columns="is_fraud"), labelled)  # no label delivered yet
+    served.loc[served.index[-1], "customer_txn_count_1h"] += 1  # one prediction served a wrong count
+    log = PredictionLog(log_dir(settings), fsync_interval_s=0)
+    try:
+        log.write([PredictionRecord(
+            event_id=row["transaction_id"], event_timestamp=row[TS],
+            entities={"customer_id": row["customer_id"], "merchant_id": row["merchant_id"]},
+            inputs={"amount": row["amount"]}, features=features, unknown_entities=[], unknown_categories=[],
+            logged_at=row[TS], probability=0.5, decision="legit", model_name="m", model_version="1")
+            for row, features in zip(frame.to_dict("records"), served.to_dict("records"), strict=True)])
+    finally:
+        log.close()
+    offline = replay_features(frame, labelled)
+    names = [f.name for v in labelled.feature_views for f in v.features if f.is_label]
+    late = int((offline[names] - served[names]).abs().gt(1e-9).any(axis=1).sum())
+    assert late > 0
+    report = check_skew(settings, labelled, sample=40, tolerance=1e-9)
+    assert (report.compared, report.differing, report.label_features_differing) == (40, 1, late), report
+    assert report.worst_feature == "customer_txn_count_1h"
+
+
 # Novelty and variety: distinct merchants and channels of a card, whether (and how long ago) the
 # card met this merchant, and the same from the merchant's side; windows whose edges the streams hit.
 TEXT_FEATURES = {
