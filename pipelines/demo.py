@@ -87,7 +87,11 @@ def run_demo(settings: PipelineSettings, rows: int, console: Console) -> None:
         frame = pd.read_parquet(data_path)
     console.print(f"[1/4] {rows:,} rows of {contract.name} ({share:.2%} {contract.decisions.positive}) -> {data_path}")
     run_name = new_run_name(settings)
+    # The demo serves what it just trained, so it promotes directly instead of starting a canary.
+    settings = settings.model_copy(update={"rollout": "direct"})
     console.print(f"[2/4] running the training pipeline (kfp.local; step logs in {run_log_path(settings, run_name)})",
+                  highlight=False)
+    console.print(f"[2/4] direct promotion (demo); pipelines default to a {settings.canary_percent:g} % canary",
                   highlight=False)
     outcome = run_pipeline(str(data_path), settings, run_name=run_name,
                            on_step=lambda step: console.print(f"      {step.line}", highlight=False))

@@ -22,6 +22,11 @@ class PipelineSettings(Settings):
                                     description="Lower bound of the F1 gain's 95% paired-bootstrap interval needed.")
     promotion_min_pr_auc_lift: float = Field(default=2.0, ge=1.0,
                                              description="A candidate's PR-AUC must be this many times the base rate.")
+    rollout: Literal["canary", "direct"] = Field(
+        default="canary", description="canary: deploy puts an accepted candidate on staging and a canary at "
+        "canary_percent (production moves when the canary judge promotes it); direct: straight to production.")
+    canary_percent: float = Field(default=10.0, gt=0, lt=100, description="Share of the traffic (percent) a "
+                                  "deployed candidate's canary starts with.")
     seed: int = 42
     max_epochs: int = Field(default=30, ge=1)
     patience: int = Field(default=4, ge=1)

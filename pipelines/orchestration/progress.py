@@ -139,5 +139,7 @@ def key_figure(step: str, params: Mapping[str, str], metrics: Mapping[str, float
                   else "(no production model yet)")
         return f"test F1 {metrics['test_f1']:.2f} {versus} -> {tags.get('decision', '?')}"
     if step == "deploy" and "deployed_version" in tags:
+        if tags.get("rollout") == "canary":
+            return f"version {tags['deployed_version']} on staging and canary; production unchanged"
         return f"version {tags['deployed_version']} now serves"
     return ""

@@ -69,15 +69,28 @@ class EvaluateRecord(StepRecord):
         return f"registered version {self.version}, decision {self.decision} ({self.reason})"
 
 
+# How deploy rolled a version out: "first" is production with no model there before (a canary has
+# nothing to be compared with), "direct" is production by the settings, "canary" is staging and a canary.
+Rollout = Literal["first", "direct", "canary"]
+
+
 class DeployRecord(StepRecord):
     version: str
     promoted: bool  # False: evaluate rejected the version and the serving alias stayed where it was
+    rollout: Rollout | None = None  # None when not promoted
+    canary_percent: float | None = None
+    production_version: str | None = None  # the production version after the step
 
     @property
     def line(self) -> str:
-        if self.promoted:
-            return f"version {self.version} now serves"
-        return f"version {self.version} not promoted; the serving alias stays where it is"
+        if not self.promoted:
+            return f"version {self.version} not promoted; the serving alias stays where it is"
+        if self.rollout == "canary":
+            return (f"version {self.version} on staging, canary at {self.canary_percent:g} % of the traffic; "
+                    f"production stays version {self.production_version}; next: mlops model canary status")
+        if self.rollout == "first":
+            return f"version {self.version} now serves (the first version: no production model for a canary)"
+        return f"version {self.version} now serves (rollout direct)"
 
 
 Record = TypeVar("Record", bound=StepRecord)

@@ -234,7 +234,8 @@ def evaluate_task(context: StepContext, *, train: Path, test: Path, model: Path,
 
 
 def deploy_task(context: StepContext, *, evaluated: EvaluateRecord) -> DeployRecord:
-    """Point the serving alias (and the Production stage) at the evaluated version, only if evaluate promoted it.
+    """Roll the evaluated version out (staging and a canary, or production: deploy_version), only if
+    evaluate promoted it.
 
     The pipeline skips the step for a rejected version; a DVC stage runs it anyway and it leaves the alias alone.
     """
@@ -248,9 +249,11 @@ def deploy_task(context: StepContext, *, evaluated: EvaluateRecord) -> DeployRec
     with tracked_step(run_id, "deploy"):
         tags = mlflow.MlflowClient().get_model_version(settings.model_name, version).tags
         compared = tags.get("production_version_at_evaluation", "none")
-        previous = deploy_version(settings, version, expected=None if compared == "none" else compared,
-                                  actor=f"pipeline run {run_id}", reason=evaluated.reason)
-        mlflow.set_tags({"deployed_version": version})
-    log.info("%s v%s now holds alias %r (was %s)", settings.model_name, version, settings.serving_alias,
-             previous or "none")
-    return DeployRecord(run_id=run_id, version=version, promoted=True)
+        rollout = deploy_version(settings, version, expected=None if compared == "none" else compared,
+                                 actor=f"pipeline run {run_id}", reason=evaluated.reason)
+        mlflow.set_tags({"deployed_version": version, "rollout": rollout})
+    record = DeployRecord(run_id=run_id, version=version, promoted=True, rollout=rollout,
+                          canary_percent=settings.canary_percent if rollout == "canary" else None,
+                          production_version=registry.alias_version(settings))
+    log.info("%s", record.line)
+    return record

@@ -1,7 +1,8 @@
-"""Deploy: the tags that record a version's promotion decision, and the promotion itself.
+"""Deploy: the tags that record a version's promotion decision, and the rollout of an accepted version.
 
 Every registered version carries its decision, reason and headline metrics as tags (see promotion_tags);
-only a promoted one gets the serving alias and the Production stage (deploy_version).
+only an accepted one is rolled out (deploy_version): by default onto staging and a canary at
+``canary_percent`` of the traffic, production moving only when the canary judge promotes it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from mlops import registry
-from mlops.settings import Settings
+from mlops.errors import PromotionConflictError
+from pipelines.orchestration.records import Rollout
+from pipelines.settings import PipelineSettings
 
 if TYPE_CHECKING:  # evaluate pulls in scikit-learn, which the deploy step's process never needs
     from pipelines.steps.evaluate import EvaluationReport
@@ -21,7 +24,6 @@ if TYPE_CHECKING:  # evaluate pulls in scikit-learn, which the deploy step's pro
 # else evaluate measured (all metrics of both models, the rule's evidence, the margin) is in the
 # version's model card and in its run's evaluation/report.json.
 MAX_VERSION_TAGS = 8
-
 
 def promotion_tags(report: EvaluationReport) -> dict[str, str]:
     """The decision, its reason, F1 and PR-AUC, and what it was compared with.
@@ -39,8 +41,9 @@ def promotion_tags(report: EvaluationReport) -> dict[str, str]:
     return tags
 
 
-def deploy_version(settings: Settings, version: str, *, expected: str | None, actor: str, reason: str) -> str | None:
-    """Move the serving alias and Production stage to ``version``; returns the version it replaced.
+def deploy_version(settings: PipelineSettings, version: str, *, expected: str | None, actor: str,
+                   reason: str) -> Rollout:
+    """Roll ``version`` out as the settings say; returns how.
 
     ``reason`` is evaluate's reason for the decision, word for word: the registry's audit record (and
     the registered model's description) says what the version's own card says.
@@ -48,8 +51,17 @@ def deploy_version(settings: Settings, version: str, *, expected: str | None, ac
     Compare-and-set: ``expected`` is the production version evaluate compared with; if production
     moved since, PromotionConflictError and nothing changes.
     """
-    previous = registry.promote(settings, version, expected=expected, actor=actor,
-                                reason=reason)
-    # The version it replaced is in the audit record (mlops model history).
+    rollout: Rollout = "first" if expected is None else settings.rollout
+    if rollout == "canary":
+        current = registry.alias_version(settings)
+        if current != expected:  # the candidate was judged against another champion than the canary's
+            raise PromotionConflictError(
+                f"alias {settings.serving_alias!r} moved since it was read: expected {expected}, now "
+                f"{current or 'none'}; nothing changed")
+        registry.promote(settings, version, alias=registry.STAGING_ALIAS, actor=actor, reason=reason)
+        registry.start_canary(settings, version, settings.canary_percent, actor=actor, reason=reason)
+    else:
+        registry.promote(settings, version, expected=expected, actor=actor, reason=reason)
+    # What it replaced is in the audit record (mlops model history).
     registry.tag_version(settings, version, {"deployed_at": datetime.now(UTC).isoformat(timespec="seconds")})
-    return previous
+    return rollout

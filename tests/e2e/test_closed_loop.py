@@ -1,9 +1,10 @@
 """The closed loop on the embedded stack, each hop asserted and timed: serve the champion, replay
 drifted traffic through the service, the drift job says CRITICAL, the service answers from the
 fallback version within one poll interval, a retraining run on the drifted window registers a
-candidate, it is promoted only if it beats the base rate and production beyond noise, the service follows; a
-second CRITICAL inside the cool-down does nothing more. A real Prometheus scrapes the service and
-the drift job's Pushgateway throughout, and every serving and drift dashboard panel returns data.
+candidate, it is promoted (MLOPS_ROLLOUT=direct) only if it beats the base rate and production beyond
+noise, the service follows; a second CRITICAL inside the cool-down does nothing more. A real
+Prometheus scrapes the service and the drift job's Pushgateway throughout, and every serving and drift
+dashboard panel returns data.
 """
 
 from __future__ import annotations
@@ -50,7 +51,10 @@ def home(tmp_path: Path) -> Iterator[PipelineSettings]:
     with pytest.MonkeyPatch.context() as patch:
         for key, value in {"MLOPS_HOME": str(tmp_path / "home"), "MLOPS_MAX_EPOCHS": "3",
                            "MLOPS_ADMIN_TOKEN": TOKEN, "MLOPS_MODEL_POLL_INTERVAL_S": str(POLL_S),
-                           "MLOPS_DRIFT_COOLDOWN_S": "3600"}.items():
+                           "MLOPS_DRIFT_COOLDOWN_S": "3600",
+                           # The loop under test ends with production moving; a retrained candidate's
+                           # canary (the default rollout) is tested in tests/monitoring/test_canary_judge.py.
+                           "MLOPS_ROLLOUT": "direct"}.items():
             patch.setenv(key, value)
         yield PipelineSettings()
 

@@ -40,6 +40,7 @@ SUMMARY = re.compile(r"on the whole test split \(([\d,]+) rows\) the service cau
 
 def test_demo_shows_the_model_at_work_and_stops_the_service(demo: tuple[Path, str]) -> None:
     home, output = demo
+    assert "[2/4] direct promotion (demo); pipelines default to a 10 % canary" in output
     assert "pipeline done: version 1 promoted; production is version 1" in output
     ready = re.search(r"service ready at (http://127\.0\.0\.1:\d+), serving card-transactions version 1", output)
     assert ready, output[-3000:]

@@ -1,16 +1,21 @@
-"""The deploy step's audit record says why evaluate promoted the version, word for word: a first
-promotion that there was no model in production, a later one by how much it beat production."""
+"""The deploy step rolls an accepted version out as the settings say, on a real local MLflow store: the
+first version straight to production, a later one onto staging and a canary at MLOPS_CANARY_PERCENT
+(production unchanged) unless MLOPS_ROLLOUT=direct; its audit record says why evaluate promoted the
+version, word for word: a first promotion that there was no model in production, a later one by how
+much it beat production."""
 
 from __future__ import annotations
 
 import mlflow
 import mlflow.onnx
+import pytest
 from onnx import TensorProto, helper
 
 from mlops import registry
+from mlops.errors import PromotionConflictError
 from mlops.registry_client import activate
 from pipelines.orchestration.context import StepContext
-from pipelines.orchestration.records import EvaluateRecord
+from pipelines.orchestration.records import DeployRecord, EvaluateRecord
 from pipelines.orchestration.tasks import deploy_task
 from pipelines.settings import PipelineSettings
 
@@ -29,7 +34,60 @@ def _registered(settings: PipelineSettings, production_at_evaluation: str) -> tu
     return run.info.run_id, version
 
 
+def _deployed(settings: PipelineSettings, production_at_evaluation: str, reason: str = "better") -> DeployRecord:
+    run_id, version = _registered(settings, production_at_evaluation)
+    return deploy_task(StepContext.of(settings), evaluated=EvaluateRecord(run_id=run_id, version=version,
+                                                                          decision="promote", reason=reason))
+
+
+def test_the_first_version_goes_to_production_with_no_canary(settings: PipelineSettings) -> None:
+    assert settings.rollout == "canary"  # the default
+    first = _deployed(settings, "none")
+    assert (first.rollout, first.production_version) == ("first", first.version)
+    assert "no production model for a canary" in first.line
+    assert registry.canary(settings) is None
+
+
+def test_an_accepted_candidate_lands_on_staging_and_a_canary_and_production_stays(settings: PipelineSettings) -> None:
+    v1 = _deployed(settings, "none").version
+    second = _deployed(settings, v1)
+    assert registry.alias_version(settings) == v1  # production did not move
+    assert registry.aliases(settings)[registry.STAGING_ALIAS] == second.version
+    assert registry.canary(settings) == (second.version, 10.0)
+    assert (second.rollout, second.canary_percent, second.production_version) == ("canary", 10.0, v1)
+    assert "next: mlops model canary status" in second.line
+    stage = registry.client(settings).get_model_version(settings.model_name, second.version).current_stage
+    assert stage == "Staging"
+
+
+def test_the_canary_share_is_the_setting(settings: PipelineSettings) -> None:
+    settings = settings.model_copy(update={"canary_percent": 25.0})
+    v1 = _deployed(settings, "none").version
+    second = _deployed(settings, v1)
+    assert registry.canary(settings) == (second.version, 25.0)
+    assert "canary at 25 % of the traffic" in second.line
+
+
+def test_a_canary_is_not_started_against_a_champion_that_moved(settings: PipelineSettings) -> None:
+    v1 = _deployed(settings, "none").version
+    v2 = _deployed(settings.model_copy(update={"rollout": "direct"}), v1).version
+    with pytest.raises(PromotionConflictError, match="expected 1, now 2"):
+        _deployed(settings, v1)  # evaluated against v1, but v2 holds production now
+    assert registry.canary(settings) is None
+    assert registry.alias_version(settings) == v2
+
+
+def test_direct_rollout_moves_production(settings: PipelineSettings) -> None:
+    settings = settings.model_copy(update={"rollout": "direct"})
+    v1 = _deployed(settings, "none").version
+    second = _deployed(settings, v1)
+    assert (second.rollout, second.production_version) == ("direct", second.version)
+    assert registry.alias_version(settings) == second.version
+    assert registry.canary(settings) is None
+
+
 def test_the_audit_reason_is_the_evaluate_decisions_reason(settings: PipelineSettings) -> None:
+    settings = settings.model_copy(update={"rollout": "direct"})  # the second version moves production
     context = StepContext.of(settings)
     first_reason = "no model in production yet; PR-AUC 0.8123 above the floor 0.5"
     run_id, v1 = _registered(settings, "none")

@@ -111,5 +111,7 @@ def test_key_figures_come_from_what_each_step_logged() -> None:
     assert key_figure("evaluate", params, metrics, tags) == "test F1 0.61 vs production 0.59 -> promote"
     assert key_figure("evaluate", params, {"test_f1": 0.5}, tags) == "test F1 0.50 (no production model yet) -> promote"
     assert key_figure("deploy", params, metrics, tags) == "version 3 now serves"
+    assert key_figure("deploy", params, metrics, {**tags, "rollout": "canary"}) == (
+        "version 3 on staging and canary; production unchanged")
     assert key_figure("deploy", {}, {}, {}) == ""
     assert key_figure("materialize", params, metrics, tags) == ""
