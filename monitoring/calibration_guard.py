@@ -67,6 +67,9 @@ def save_checks(monitoring_dir: Path, checks: list[CalibrationCheck]) -> None:
     """The new checks replace the stored ones of their versions; other versions' checks stay."""
     merged = read_checks(monitoring_dir) | {check.model_version: check for check in checks}
     monitoring_dir.mkdir(parents=True, exist_ok=True)
-    (monitoring_dir / CHECKS_FILE).write_text(
+    path = monitoring_dir / CHECKS_FILE
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(
         json.dumps({version: check.model_dump(mode="json") for version, check in sorted(merged.items())}, indent=2),
         encoding="utf-8")
+    temporary.replace(path)  # the drift job reads it meanwhile: never half a file

@@ -94,10 +94,11 @@ def _delivered(monitoring_dir: Path) -> pd.DataFrame:
     return pd.read_parquet(path)
 
 
-def undelivered_labels(monitoring_dir: Path) -> pd.DataFrame:
-    """Stored labels the online histories have not taken yet: a new id, or a verdict that changed."""
+def undelivered_labels(monitoring_dir: Path, known: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Stored labels the online histories have not taken yet (``known``: the delivered record, when
+    already read): a new id, or a verdict that changed."""
     stored = read_labels(monitoring_dir).astype({ID: str, LABEL: "float64"})
-    known = _delivered(monitoring_dir)
+    known = _delivered(monitoring_dir) if known is None else known
     merged = stored.merge(known, on=ID, how="left", suffixes=("", "_delivered"))
     fresh = merged[LABEL] != merged[f"{LABEL}_delivered"]  # NaN (never delivered) compares unequal
     return merged.loc[fresh, [ID, LABEL]].reset_index(drop=True)
@@ -105,12 +106,13 @@ def undelivered_labels(monitoring_dir: Path) -> pd.DataFrame:
 
 def deliver_new_labels(settings: Settings, contract: DataContract) -> LabelDelivery:
     """Deliver the stored labels not delivered yet; record those the online store took."""
-    labels = undelivered_labels(settings.monitoring_dir)
+    known = _delivered(settings.monitoring_dir)
+    labels = undelivered_labels(settings.monitoring_dir, known)
     delivery, logged = _deliver(settings, contract, labels)
     if not logged:
         return delivery
     taken = labels[labels[ID].isin(logged)]
-    record = pd.concat([_delivered(settings.monitoring_dir), taken], ignore_index=True)
+    record = pd.concat([known, taken], ignore_index=True)
     record = record.drop_duplicates(ID, keep="last")
     path = settings.monitoring_dir / DELIVERED_FILE
     temporary = path.with_suffix(".tmp")
