@@ -16,7 +16,7 @@ from typing import Any, cast
 from mlops.contract import DataContract, load_contract
 from mlops.registry_client import activate
 from pipelines.orchestration.declaration import STEPS, Step, record_type
-from pipelines.orchestration.records import StepRecord, read_record
+from pipelines.orchestration.records import FailureRecord, StepRecord, failure_reason, read_record, write_record
 from pipelines.settings import PipelineSettings
 
 
@@ -38,9 +38,19 @@ def step_function(step: Step) -> Callable[..., StepRecord | None]:
     return cast(Callable[..., StepRecord | None], getattr(importlib.import_module(module), name))
 
 
-def call_step(step: Step, context: StepContext, arguments: Mapping[str, Any]) -> StepRecord | None:
-    """Run ``step``'s function with its arguments; its record (None when it returns none)."""
-    return step_function(step)(context, **arguments)
+def call_step(step: Step, context: StepContext, arguments: Mapping[str, Any],
+              failure: Path | None = None) -> StepRecord | None:
+    """Run ``step``'s function with its arguments; its record (None when it returns none).
+
+    A failure leaves a FailureRecord at ``failure`` when given: what the runner reports, since the
+    error itself does not cross kfp.local's process boundary.
+    """
+    try:
+        return step_function(step)(context, **arguments)
+    except Exception as exc:
+        if failure is not None:
+            write_record(failure, FailureRecord(step=step.name, reason=failure_reason(exc)))
+        raise
 
 
 def file_arguments(step: Step, parameters: Mapping[str, Any], paths: Mapping[str, Path],

@@ -3,23 +3,26 @@
 The same declared steps (pipelines/orchestration/declaration.py) in the same order, with the
 same condition (deploy only when evaluate says "promote") and one MLflow run, as the compiled
 pipeline on kfp.local; only the process per step is gone, and with it the settings' trip through
-MLOPS_* variables and the records' through JSON files. A step process pays Python's start-up and
-its libraries' imports (MLflow, Feast, Great Expectations, torch: seconds each) every run; inline
-they are paid once per process, and a debugger stops inside a step. kfp.local stays the default: it runs the IR
-YAML that Kubeflow Pipelines runs. Each step prints kfp.local's "Executing task" / "finished
-with status" lines, so the caller's run output times and reports steps the same way.
+MLOPS_* variables. The records pass as objects and are also written where kfp.local writes them
+(``<artifacts>/<step>/record``, a failure's record beside it): the runner reads both runs alike.
+A step process pays Python's start-up and its libraries' imports (MLflow, Feast, Great
+Expectations, torch: seconds each) every run; inline they are paid once per process, and a
+debugger stops inside a step. kfp.local stays the default: it runs the IR YAML that Kubeflow
+Pipelines runs. Each step prints kfp.local's "Executing task" / "finished with status" lines, so
+the caller's run output times and reports steps the same way.
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
 from pipelines.orchestration.context import StepContext, call_step
-from pipelines.orchestration.declaration import STEPS, Step
-from pipelines.orchestration.records import StepRecord
+from pipelines.orchestration.declaration import RECORD, STEPS, Step
+from pipelines.orchestration.records import FAILURE, StepRecord, write_record
 
 T = TypeVar("T")
 
@@ -48,7 +51,7 @@ def _python_default_warning_filters() -> None:
 def run_steps(context: StepContext, parameters: Mapping[str, str | int], artifacts: Path,
               steps: tuple[Step, ...] = STEPS) -> dict[str, StepRecord]:
     """Run ``steps`` with the pipeline's ``parameters``, outputs under ``artifacts/<step>/``; a failed step's
-    error propagates (the pipeline's MLflow run holds which step failed and why, as with kfp.local).
+    error propagates (its FailureRecord says which step failed and why, as with kfp.local).
 
     One context (settings, contract, MLflow's URIs) for every step; the records pass as objects.
     Returns the records of the steps that ran, by step.
@@ -67,7 +70,17 @@ def run_steps(context: StepContext, parameters: Mapping[str, str | int], artifac
                 arguments[produced.name] = artifacts / step.name / produced.name
                 (artifacts / step.name).mkdir(parents=True, exist_ok=True)  # as kfp does for an output artifact
             arguments |= {taken.name: records[taken.step] for taken in step.takes}
-            record = _step(step.name, lambda: call_step(step, context, arguments))  # noqa: B023  # called at once
+            record = _step(step.name, partial(_recorded_call, step, context, arguments, artifacts / step.name))
             if record is not None:
                 records[step.name] = record
     return records
+
+
+def _recorded_call(step: Step, context: StepContext, arguments: Mapping[str, object],
+                   folder: Path) -> StepRecord | None:
+    """The step's call, its record (or failure) written in ``folder`` before the step is reported finished:
+    the runner reads it for the step's headline."""
+    record = call_step(step, context, arguments, failure=folder / FAILURE)
+    if record is not None:
+        write_record(folder / RECORD, record)
+    return record

@@ -17,13 +17,16 @@ def run_task(name: str, values: Mapping[str, Any]) -> str | None:
     """Run step ``name`` on the component's ``values``; the exposed record field when the step has one."""
     from pipelines.logs import configure_logging
     from pipelines.orchestration.context import StepContext, call_step, file_arguments
-    from pipelines.orchestration.records import write_record
+    from pipelines.orchestration.records import FAILURE, write_record
     from pipelines.settings import PipelineSettings
 
     configure_logging()
     step = step_named(name)
     paths = {key: Path(value.path) for key, value in values.items() if hasattr(value, "path")}
-    record = call_step(step, StepContext.of(PipelineSettings()), file_arguments(step, values, paths))
+    # kfp.local gives each task one folder, <pipeline root>/<kfp run>/<task>/, for all its outputs.
+    outputs = [paths[p.name] for p in step.produces] + ([paths[RECORD]] if step.record is not None else [])
+    record = call_step(step, StepContext.of(PipelineSettings()), file_arguments(step, values, paths),
+                       failure=outputs[0].parent / FAILURE)
     if record is None:
         return None
     write_record(paths[RECORD], record)

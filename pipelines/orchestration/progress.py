@@ -4,7 +4,7 @@ kfp.local prints each task's streamed output and its own notes to stdout and log
 root logger. During a run all of it, and the libraries' logs of this process, go through
 :class:`RunOutput` into the run's log file (and to the terminal too when verbose). RunOutput reads
 kfp's "Executing task" / "finished with status" lines to time each step; the caller adds the
-step's headline from what the step logged to MLflow (:func:`key_figure`).
+step's headline from the step's record and what it logged to MLflow (:func:`key_figure`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
+
+from pipelines.orchestration.records import DeployRecord, EvaluateRecord, StepRecord
 
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 _STARTED = re.compile(r"Executing task '([\w-]+)'")
@@ -115,8 +117,9 @@ def captured_run_output(log_path: Path, *, verbose: bool,
             root.setLevel(saved_level)
 
 
-def key_figure(step: str, params: Mapping[str, str], metrics: Mapping[str, float], tags: Mapping[str, str]) -> str:
-    """The headline of a finished step, from what it logged to the pipeline's MLflow run ("" if unknown)."""
+def key_figure(step: str, params: Mapping[str, str], metrics: Mapping[str, float], record: StepRecord | None) -> str:
+    """The headline of a finished step, from its record and the params and metrics it logged to the
+    pipeline's MLflow run ("" if unknown)."""
     if step == "ingest" and "window_rows" in params:
         return (f"{int(params['window_rows']):,} rows in window, {int(params['rows_outside_window']):,} outside "
                 f"dropped, sha256 {params.get('dataset_sha256', '')[:8]}…")
@@ -137,9 +140,10 @@ def key_figure(step: str, params: Mapping[str, str], metrics: Mapping[str, float
     if step == "evaluate" and "test_f1" in metrics:
         versus = (f"vs production {metrics['production_test_f1']:.2f}" if "production_test_f1" in metrics
                   else "(no production model yet)")
-        return f"test F1 {metrics['test_f1']:.2f} {versus} -> {tags.get('decision', '?')}"
-    if step == "deploy" and "deployed_version" in tags:
-        if tags.get("rollout") == "canary":
-            return f"version {tags['deployed_version']} on staging and canary; production unchanged"
-        return f"version {tags['deployed_version']} now serves"
+        decision = record.decision if isinstance(record, EvaluateRecord) else "?"
+        return f"test F1 {metrics['test_f1']:.2f} {versus} -> {decision}"
+    if step == "deploy" and isinstance(record, DeployRecord) and record.promoted:
+        if record.rollout == "canary":
+            return f"version {record.version} on staging and canary; production unchanged"
+        return f"version {record.version} now serves"
     return ""

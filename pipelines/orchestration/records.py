@@ -12,6 +12,11 @@ export and evaluate log there too; as DVC stages train opens a model run nested 
 three (:func:`pipelines.orchestration.tasks.start_model_run`): a changed training setting reruns
 only those steps, and MLflow never lets a run's params change, so each rerun is a new model run
 beside the old one instead of a rewrite of it.
+
+The records, not MLflow tags, are what the runner reports and what a later step decides on: a
+failed step leaves a :class:`FailureRecord` where its record would be
+(:mod:`pipelines.orchestration.run_records` reads a run's records back). Tags are written for
+people and the MLflow UI only.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from mlops.errors import InputError
+from mlops.errors import DataValidationError, InputError
 
 
 class StepRecord(BaseModel):
@@ -63,6 +68,9 @@ class EvaluateRecord(StepRecord):
     version: str
     decision: Literal["promote", "reject"]
     reason: str
+    # The production version the candidate was compared with (None: there was none); deploy's
+    # compare-and-set refuses to move the alias if production has moved since.
+    production_version_at_evaluation: str | None
 
     @property
     def line(self) -> str:
@@ -93,7 +101,27 @@ class DeployRecord(StepRecord):
         return f"version {self.version} now serves (rollout direct)"
 
 
-Record = TypeVar("Record", bound=StepRecord)
+class FailureRecord(BaseModel):
+    """Which step stopped a run and why: written beside the failed step's outputs (FAILURE), read by the runner."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: str
+    reason: str
+
+
+FAILURE = "failure.json"  # a failed step's FailureRecord, in the folder of its outputs
+
+
+def failure_reason(exc: BaseException) -> str:
+    """What a person reads about a step's failure: the error's own message, a validation report's path."""
+    reason = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, DataValidationError) and exc.report_path:
+        reason = f"{reason} (report: {Path(exc.report_path).with_suffix('.html')})"
+    return str(reason)[:4000]
+
+
+Record = TypeVar("Record", bound=BaseModel)
 
 
 def read_record(path: Path, kind: type[Record]) -> Record:
@@ -106,6 +134,6 @@ def read_record(path: Path, kind: type[Record]) -> Record:
         raise InputError(f"{path} is not a {kind.__name__}: {exc.errors()[0]['msg']}", field=str(path)) from exc
 
 
-def write_record(path: Path, record: StepRecord) -> None:
+def write_record(path: Path, record: StepRecord | FailureRecord) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(record.model_dump_json(indent=2) + "\n")

@@ -1,8 +1,10 @@
 """Run the compiled pipeline locally with kfp.local (the embedded default).
 
 The IR YAML that Kubeflow Pipelines would run is loaded and executed here, each step in a
-subprocess of the current environment. Settings reach the steps as MLOPS_* variables; when a
-step fails, the pipeline's MLflow run says which step and why, and that is what is raised.
+subprocess of the current environment. Settings reach the steps as MLOPS_* variables. Each run has
+its own folder under settings.kfp_root, where the steps leave their records
+(:mod:`pipelines.orchestration.run_records`): the outcome is evaluate's record, and when a step
+fails its failure record says which step and why, and that is what is raised.
 What cannot work is refused once, here, before kfp starts: a missing local source, an unknown
 format, an MLflow server that does not answer. The steps' streamed logs go to one log file per run
 (:mod:`pipelines.orchestration.progress`); the caller gets one report per finished step. ``runner="inline"``
@@ -18,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from mlops import registry
 from mlops.errors import PipelineError
@@ -28,10 +30,9 @@ from pipelines.orchestration.declaration import STEPS, Step
 from pipelines.orchestration.environment import environment, settings_env
 from pipelines.orchestration.kfp_pipeline import COMPILED_PIPELINE
 from pipelines.orchestration.progress import ANSI_ESCAPE, StepReport, captured_run_output, key_figure
+from pipelines.orchestration.records import EvaluateRecord, IngestRecord
+from pipelines.orchestration.run_records import RunRecords
 from pipelines.settings import PipelineSettings
-
-if TYPE_CHECKING:
-    from mlflow.entities import Run
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +94,7 @@ def run_pipeline(source: str, settings: PipelineSettings, *, package: Path = COM
             return
         figure = ""
         try:
-            run = _find_run(settings, run_name)
-            if run is not None:
-                figure = key_figure(step.step, run.data.params, run.data.metrics, run.data.tags)
+            figure = _headline(settings, run_name, step.step, steps)
         except Exception:  # a missing headline is never worth failing a run for (logged with exc_info)
             log.warning("no headline for step %s", step.step, exc_info=True)
         on_step(replace(step, figure=figure))
@@ -109,12 +108,12 @@ def run_pipeline(source: str, settings: PipelineSettings, *, package: Path = COM
                 from pipelines.orchestration.context import StepContext
                 from pipelines.orchestration.inline_runner import run_steps
 
-                run_steps(StepContext.of(settings), parameters, settings.kfp_root / run_name, steps)
+                run_steps(StepContext.of(settings), parameters, RunRecords.of(settings, run_name).folder, steps)
             else:
-                _run_on_kfp_local(package, settings, parameters)
+                _run_on_kfp_local(package, settings, parameters, RunRecords.of(settings, run_name).folder)
         except Exception as exc:  # kfp.local's RuntimeError, or the failed step's own error inline
             raise _failure(settings, run_name, exc, failed_steps[0] if failed_steps else None) from exc
-    return _outcome(settings, run_name)
+    return read_outcome(settings, run_name)
 
 
 def _with_tracking_store(settings: PipelineSettings) -> PipelineSettings:
@@ -129,11 +128,12 @@ def _with_tracking_store(settings: PipelineSettings) -> PipelineSettings:
     return settings.model_copy(update={"tracking_uri": settings.resolved_tracking_uri})
 
 
-def _run_on_kfp_local(package: Path, settings: Settings, parameters: dict[str, str | int]) -> None:
-    """The compiled pipeline on kfp.local, a process per step, the settings in their environment."""
+def _run_on_kfp_local(package: Path, settings: Settings, parameters: dict[str, str | int], root: Path) -> None:
+    """The compiled pipeline on kfp.local, a process per step, the settings in their environment, the
+    outputs under ``root`` (the run's own folder, where the runner finds the records)."""
     from kfp import components, local
 
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(settings.kfp_root),
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root),
                raise_on_error=True)
     with environment(settings_env(settings)), warnings.catch_warnings():
         # The train task's GPU settings (pipelines/cluster.py) are for Kubeflow; locally they are moot.
@@ -142,44 +142,36 @@ def _run_on_kfp_local(package: Path, settings: Settings, parameters: dict[str, s
         components.load_component_from_file(str(package))(**parameters)
 
 
-def _find_run(settings: Settings, run_name: str) -> Run | None:
-    """The pipeline's MLflow run by the name the runner gave it (kept in a tag: evaluate renames the
-    run after its outcome), or None."""
-    from pipelines.orchestration.tasks import PIPELINE_RUN_TAG
-
-    mlflow_client = registry.client(settings)
-    experiment = mlflow_client.get_experiment_by_name(settings.experiment)
-    if experiment is None:
-        return None
-    runs = mlflow_client.search_runs([experiment.experiment_id],
-                                     filter_string=f"tags.{PIPELINE_RUN_TAG} = '{run_name}'", max_results=1)
-    return runs[0] if runs else None
+def _headline(settings: Settings, run_name: str, step_name: str, steps: tuple[Step, ...]) -> str:
+    """A finished step's headline: its record, and what it logged to the run ingest's record names."""
+    records = RunRecords.of(settings, run_name)
+    ingested = records.record("ingest", IngestRecord)
+    if ingested is None:
+        return ""
+    kind = next((s.record for s in steps if s.name == step_name), None)
+    record = records.record(step_name, kind) if kind is not None else None
+    run = registry.client(settings).get_run(ingested.run_id)
+    return key_figure(step_name, run.data.params, run.data.metrics, record)
 
 
 def _failure(settings: Settings, run_name: str, exc: Exception, failed_step: str | None = None) -> PipelineError:
     where = f"pipeline stopped at {failed_step}" if failed_step else "pipeline failed"
     try:
-        run = _find_run(settings, run_name)
-    except Exception as lookup:  # the tracking server died mid-run: say so, never a traceback
-        log.warning("cannot read run %s from MLflow after the failure", run_name, exc_info=True)
-        try:
-            check_tracking_server(settings.resolved_tracking_uri)
-        except PipelineError as down:
-            # An outage, not bad input: no step, so exit code 1 whichever step it hit.
-            return PipelineError(f"{where}: {down.message}; nothing was promoted")
-        return PipelineError(f"{where}: MLflow could not say why: {type(lookup).__name__}: {lookup}")
-    tags = run.data.tags if run is not None else {}
-    if "failed_step" in tags:
-        step = tags["failed_step"]
-        return PipelineError(f"pipeline stopped at {step}: {tags.get('failure_reason', exc)}", step=step)
+        check_tracking_server(settings.resolved_tracking_uri)
+    except PipelineError as down:
+        # An outage, not bad input: no step, so exit code 1 whichever step it hit.
+        return PipelineError(f"{where}: {down.message}; nothing was promoted")
+    failure = RunRecords.of(settings, run_name).failure()
+    if failure is not None:
+        return PipelineError(f"pipeline stopped at {failure.step}: {failure.reason}", step=failure.step)
     return PipelineError(f"{where}: {ANSI_ESCAPE.sub('', str(exc))}")
 
 
-def _outcome(settings: Settings, run_name: str) -> PipelineOutcome:
-    run = _find_run(settings, run_name)
-    if run is None:
-        raise PipelineError(f"pipeline finished but MLflow has no run named {run_name}")
-    tags = run.data.tags
-    return PipelineOutcome(run_name=run_name, run_id=run.info.run_id, decision=tags.get("decision", "unknown"),
-                           version=tags.get("registered_version"),
-                           production_version=registry.alias_version(settings))
+def read_outcome(settings: Settings, run_name: str) -> PipelineOutcome:
+    """The outcome of the finished local run ``run_name``: evaluate's record and the serving alias."""
+    records = RunRecords.of(settings, run_name)
+    evaluated = records.record("evaluate", EvaluateRecord)
+    if evaluated is None:
+        raise PipelineError(f"pipeline finished but left no evaluate record under {records.folder}")
+    return PipelineOutcome(run_name=run_name, run_id=evaluated.run_id, decision=evaluated.decision,
+                           version=evaluated.version, production_version=registry.alias_version(settings))

@@ -25,13 +25,20 @@ from mlops import registry
 from mlops.contract import DataContract
 from mlops.data.ingest import ingest
 from mlops.data.training_window import apply_window, resolve_window
-from mlops.errors import DataValidationError, NotFoundError
+from mlops.errors import NotFoundError
 from mlops.inference import OnnxModel
 from mlops.preflight import check_source
 from mlops.reference_profile import PROFILE_ARTIFACT, build_profile
 from mlops.settings import Settings
 from pipelines.orchestration.context import StepContext
-from pipelines.orchestration.records import DeployRecord, EvaluateRecord, ExportRecord, IngestRecord, TrainRecord
+from pipelines.orchestration.records import (
+    DeployRecord,
+    EvaluateRecord,
+    ExportRecord,
+    IngestRecord,
+    TrainRecord,
+    failure_reason,
+)
 from pipelines.provenance import git_commit
 
 if TYPE_CHECKING:
@@ -39,8 +46,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 MODEL_RUN_SUFFIX = "-model"
-# The name the runner gave the pipeline's run; evaluate renames the run after its outcome, and the
-# runner finds the run by this tag.
+# The name the runner gave the pipeline's run (its log file's and records folder's name), kept for
+# people: evaluate renames the run after its outcome. The runner reads the records, not this tag.
 PIPELINE_RUN_TAG = "pipeline_run"
 
 
@@ -51,15 +58,13 @@ def outcome_run_name(settings: Settings, version: str, decision: str) -> str:
 
 @contextmanager
 def tracked_step(run_id: str, step: str) -> Iterator[None]:
-    """Log into the pipeline's MLflow run; a failure tags the run with the step and the reason."""
+    """Log into the pipeline's MLflow run; a failure tags the run with the step and the reason, for the
+    MLflow UI (the runner reads the step's FailureRecord)."""
     with mlflow.start_run(run_id=run_id):
         try:
             yield
         except Exception as exc:
-            reason = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
-            if isinstance(exc, DataValidationError) and exc.report_path:
-                reason = f"{reason} (report: {Path(exc.report_path).with_suffix('.html')})"
-            mlflow.set_tags({"failed_step": step, "failure_reason": str(reason)[:4000]})
+            mlflow.set_tags({"failed_step": step, "failure_reason": failure_reason(exc)})
             raise
 
 
@@ -133,7 +138,7 @@ def start_model_run(settings: Settings, data_run_id: str) -> str:
     except MlflowException as exc:
         raise NotFoundError(f"no MLflow run {data_run_id} (the ingest record's data run): {exc.message}") from exc
     tags = {MLFLOW_PARENT_RUN_ID: data_run_id, "pipeline": settings.pipeline_name, "entry": "mlops step train",
-            "dataset_sha256": data_run.data.tags.get("dataset_sha256", "")}
+            "dataset_sha256": data_run.data.params.get("dataset_sha256", "")}
     run = client.create_run(data_run.info.experiment_id, run_name=f"{data_run.info.run_name}{MODEL_RUN_SUFFIX}",
                             tags=tags)
     return str(run.info.run_id)
@@ -230,7 +235,8 @@ def evaluate_task(context: StepContext, *, train: Path, test: Path, model: Path,
         # The runs list then says which run promoted which version, without opening each one.
         mlflow.MlflowClient().update_run(run_id, name=outcome_run_name(settings, version, report.decision))
     log.info("registered %s v%s: %s (%s)", settings.model_name, version, report.decision, report.reason)
-    return EvaluateRecord(run_id=run_id, version=version, decision=report.decision, reason=report.reason)
+    return EvaluateRecord(run_id=run_id, version=version, decision=report.decision, reason=report.reason,
+                          production_version_at_evaluation=report.production_version)
 
 
 def deploy_task(context: StepContext, *, evaluated: EvaluateRecord) -> DeployRecord:
@@ -247,9 +253,7 @@ def deploy_task(context: StepContext, *, evaluated: EvaluateRecord) -> DeployRec
                  evaluated.reason)
         return DeployRecord(run_id=run_id, version=version, promoted=False)
     with tracked_step(run_id, "deploy"):
-        tags = mlflow.MlflowClient().get_model_version(settings.model_name, version).tags
-        compared = tags.get("production_version_at_evaluation", "none")
-        rollout = deploy_version(settings, version, expected=None if compared == "none" else compared,
+        rollout = deploy_version(settings, version, expected=evaluated.production_version_at_evaluation,
                                  actor=f"pipeline run {run_id}", reason=evaluated.reason)
         mlflow.set_tags({"deployed_version": version, "rollout": rollout})
     record = DeployRecord(run_id=run_id, version=version, promoted=True, rollout=rollout,

@@ -135,7 +135,8 @@ def test_a_step_without_its_input_record_exits_2_naming_the_file(tmp_path: Path)
 def test_deploy_leaves_the_alias_alone_when_evaluate_rejected(tmp_path: Path) -> None:
     evaluated, deployed = tmp_path / "evaluate.json", tmp_path / "deploy.json"
     write_record(evaluated, EvaluateRecord(run_id="r1", version="3", decision="reject",
-                                           reason="F1 0.40 does not beat production 0.41 + margin 0.02"))
+                                           reason="F1 0.40 does not beat production 0.41 + margin 0.02",
+                                           production_version_at_evaluation="2"))
     # No tracking store is configured here: touching the registry would fail the command.
     result = runner.invoke(app, ["step", "deploy", "--evaluated", str(evaluated), "--record", str(deployed)],
                            env={"MLOPS_TRACKING_URI": "http://127.0.0.1:9"})

@@ -13,6 +13,7 @@ import pytest
 from kfp import dsl, local
 
 from pipelines.orchestration.progress import RunOutput, StepReport, captured_run_output, key_figure
+from pipelines.orchestration.records import DeployRecord, EvaluateRecord
 
 GREEN, CYAN, RESET = "\x1b[92m", "\x1b[96m", "\x1b[0m"
 
@@ -98,20 +99,24 @@ def test_real_kfp_local_run_is_reported_step_by_step(tmp_path: Path, capsys: pyt
     assert "shouting HI" in logged
 
 
-def test_key_figures_come_from_what_each_step_logged() -> None:
+def test_key_figures_come_from_each_steps_record_and_what_it_logged() -> None:
     params = {"dataset_rows": "30000", "dataset_sha256": "3f2a9c1e77", "train_rows": "21000",
               "validation_rows": "4500", "test_rows": "4500", "device_used": "cpu"}
     metrics = {"validation_expectations": 41.0, "best_epoch": 9.0, "best_val_pr_auc": 0.612, "test_f1": 0.61,
                "production_test_f1": 0.59}
-    tags = {"decision": "promote", "deployed_version": "3"}
-    assert key_figure("ingest", params, metrics, tags) == "30,000 rows, sha256 3f2a9c1e…"
-    assert key_figure("validate", params, metrics, tags) == "41 expectations passed"
-    assert key_figure("preprocess", params, metrics, tags) == "train 21,000 / validation 4,500 / test 4,500 rows"
-    assert key_figure("train", params, metrics, tags) == "best epoch 9, val PR-AUC 0.61 (cpu)"
-    assert key_figure("evaluate", params, metrics, tags) == "test F1 0.61 vs production 0.59 -> promote"
-    assert key_figure("evaluate", params, {"test_f1": 0.5}, tags) == "test F1 0.50 (no production model yet) -> promote"
-    assert key_figure("deploy", params, metrics, tags) == "version 3 now serves"
-    assert key_figure("deploy", params, metrics, {**tags, "rollout": "canary"}) == (
+    evaluated = EvaluateRecord(run_id="r", version="3", decision="promote", reason="better",
+                               production_version_at_evaluation="2")
+    deployed = DeployRecord(run_id="r", version="3", promoted=True, rollout="direct", production_version="3")
+    assert key_figure("ingest", params, metrics, None) == "30,000 rows, sha256 3f2a9c1e…"
+    assert key_figure("validate", params, metrics, None) == "41 expectations passed"
+    assert key_figure("preprocess", params, metrics, None) == "train 21,000 / validation 4,500 / test 4,500 rows"
+    assert key_figure("train", params, metrics, None) == "best epoch 9, val PR-AUC 0.61 (cpu)"
+    assert key_figure("evaluate", params, metrics, evaluated) == "test F1 0.61 vs production 0.59 -> promote"
+    rejected = evaluated.model_copy(update={"decision": "reject"})
+    assert key_figure("evaluate", params, {"test_f1": 0.5}, rejected) == (
+        "test F1 0.50 (no production model yet) -> reject")
+    assert key_figure("deploy", params, metrics, deployed) == "version 3 now serves"
+    assert key_figure("deploy", params, metrics, deployed.model_copy(update={"rollout": "canary"})) == (
         "version 3 on staging and canary; production unchanged")
-    assert key_figure("deploy", {}, {}, {}) == ""
-    assert key_figure("materialize", params, metrics, tags) == ""
+    assert key_figure("deploy", {}, {}, None) == ""
+    assert key_figure("materialize", params, metrics, None) == ""

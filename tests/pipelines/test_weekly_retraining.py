@@ -19,12 +19,12 @@ from infra.compose import command_problem
 from infra.manifests import REPO_ROOT
 from mlops import registry
 from mlops.data.generator import generate_transactions
-from mlops.errors import IngestError, RunLockedError
+from mlops.errors import IngestError, PipelineError, RunLockedError
 from mlops.run_lock import exclusive_pipeline_run
 from mlops_cli.app import app
 from pipelines.orchestration.context import StepContext
 from pipelines.orchestration.progress import key_figure
-from pipelines.orchestration.runner import _failure
+from pipelines.orchestration.runner import run_pipeline
 from pipelines.orchestration.tasks import ingest_task
 from pipelines.settings import PipelineSettings
 
@@ -58,7 +58,7 @@ def test_ingest_keeps_the_window_and_reports_what_it_dropped(home: Path, source:
     assert int(params["rows_outside_window"]) == len(everything) - len(kept)
     assert int(params["dataset_rows"]) == len(everything)  # the snapshot itself stays whole
     assert params["window_since"] == "2026-02-02T00:00:00+00:00"
-    assert key_figure("ingest", params, {}, {}) == (
+    assert key_figure("ingest", params, {}, None) == (
         f"{len(kept):,} rows in window, {len(everything) - len(kept):,} outside dropped, sha256 {sha256[:8]}…")
 
 
@@ -70,11 +70,12 @@ def test_without_a_window_ingest_keeps_every_row(home: Path, source: Path) -> No
     assert "window_rows" not in registry.client(PipelineSettings(home=home)).get_run(run_id).data.params
 
 
-def test_an_empty_window_stops_the_run_at_ingest_as_bad_input(home: Path, source: Path) -> None:
-    with pytest.raises(IngestError, match=r"no rows in the training window \[2025-01-01"):
-        ingest_task(StepContext.of(PipelineSettings(home=home)), source=str(source), snapshot=home / "empty.parquet",
-                    run_name="empty-window", since="2025-01-01", until="2025-02-01")
-    failure = _failure(PipelineSettings(home=home), "empty-window", RuntimeError("task failed"))
+def test_an_empty_window_stops_the_run_at_ingest_as_bad_input(mlflow_home: Path, source: Path) -> None:
+    with pytest.raises(PipelineError) as stopped:  # its own home: the module's must hold no run logs
+        run_pipeline(str(source), PipelineSettings(home=mlflow_home), run_name="empty-window", runner="inline",
+                     since="2025-01-01", until="2025-02-01")
+    assert isinstance(stopped.value.__cause__, IngestError)
+    failure = stopped.value
     assert failure.step == "ingest"
     assert failure.exit_code == 2
     assert failure.message.startswith("pipeline stopped at ingest: no rows in the training window")
