@@ -26,6 +26,7 @@ from mlops import registry
 from mlops.contract import load_contract
 from mlops.errors import InputError
 from mlops.prediction_log import log_dir
+from mlops.registry_records import canary_started, revise_decision
 from monitoring import metrics
 from monitoring.labels import LABEL, average_precision, join_labels, read_labels
 from monitoring.settings import MonitoringSettings
@@ -211,9 +212,8 @@ def run_canary(settings: MonitoringSettings, *, act: bool, actor: str) -> Canary
         raise InputError(f"no canary of {settings.model_name} is running; start one with "
                          "`mlops model promote VERSION --canary PERCENT`")
     version = running[0]
-    # Since this version took the canary alias: earlier rows are another canary's or another champion's.
-    starts = [c.at for c in registry.history(settings, registry.CANARY_ALIAS) if c.to_version == version]
-    since = starts[-1] if starts else None
+    # Since this version's canary share was set: earlier rows are another canary's or another champion's.
+    since = canary_started(settings, version)
     window = read_window(log_dir(settings), WindowSpec(start=since))
     verdict = judge_canary(window, read_labels(settings.monitoring_dir), settings,
                            positive=load_contract(settings.contract_path).decisions.positive, canary_version=version)
@@ -229,5 +229,6 @@ def run_canary(settings: MonitoringSettings, *, act: bool, actor: str) -> Canary
     else:
         registry.rollback(settings, actor=actor, reason=reason)
         registry.tag_version(settings, version, {"decision": "reject", "decision_reason": reason})
+        revise_decision(settings, version, "reject", reason)  # what `mlops model list` shows; the tags for the UI
         action = f"canary {version} ended and tagged rejected"
     return CanaryRun(since=since, verdict=verdict, action=action)

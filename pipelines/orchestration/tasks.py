@@ -29,6 +29,7 @@ from mlops.errors import NotFoundError
 from mlops.inference import OnnxModel
 from mlops.preflight import check_source
 from mlops.reference_profile import PROFILE_ARTIFACT, build_profile
+from mlops.registry_records import VersionDecision
 from mlops.settings import Settings
 from pipelines.orchestration.context import StepContext
 from pipelines.orchestration.records import (
@@ -227,7 +228,9 @@ def evaluate_task(context: StepContext, *, train: Path, test: Path, model: Path,
         profile = build_profile(frame, contract, candidate.predict_proba(frame), candidate.threshold)
         mlflow.log_dict(profile.model_dump(), PROFILE_ARTIFACT)
         mlflow.log_artifacts(str(eval_dir), "evaluation")
-        version = registry.register_version(settings, model_uri, run_id, promotion_tags(report))
+        decision = VersionDecision(decision=report.decision, reason=report.reason,
+                                   candidate_f1=report.candidate.f1, candidate_pr_auc=report.candidate.pr_auc)
+        version = registry.register_version(settings, model_uri, run_id, promotion_tags(report), decision)
         registry.describe_version(settings, version, render_model_card(report, model_name=settings.model_name,
                                                                        version=version, run=mlflow.get_run(run_id)))
         mlflow.set_tags({"decision": report.decision, "decision_reason": report.reason[:4000],

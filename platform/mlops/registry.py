@@ -2,8 +2,10 @@
 
 Serving follows ``models:/<name>@<alias>``; the Production stage is moved alongside while MLflow
 still has stages, archiving the previous holder. A candidate can first go to alias ``staging``
-(Staging stage) and take a share of the traffic as alias ``canary`` (the share is a tag on the
-registered model); promoting the canary to production ends it, and so does a rollback.
+(Staging stage) and take a share of the traffic as alias ``canary`` (the share is a record with the
+version's run, :mod:`mlops.registry_records`, repeated as a tag for the UI); promoting the canary
+to production ends it, and so does a rollback. What a version's listing shows (evaluate's
+decision) is such a record too: tags are written for people, never read to decide.
 Registry access fails closed: only "this model does not exist" means none; any other failure is
 a RegistryError. Alias moves are compare-and-set and leave an audit record (who, when, from which
 version, why) as a tag on the registered model.
@@ -30,6 +32,13 @@ from mlops.errors import (
 )
 from mlops.preflight import local_store_path
 from mlops.registry_client import activate, connect
+from mlops.registry_records import (
+    VersionDecision,
+    read_canary_share,
+    read_decision,
+    record_canary_share,
+    record_decision,
+)
 from mlops.settings import Settings
 
 if TYPE_CHECKING:
@@ -198,13 +207,17 @@ def download_serving_model(settings: Settings, dest: Path, alias: str | None = N
     return download_version(settings, version, dest)
 
 
-def register_version(settings: Settings, model_uri: str, run_id: str, tags: dict[str, str]) -> str:
-    """Register ``model_uri`` as a new version of the model; returns the version number."""
+def register_version(settings: Settings, model_uri: str, run_id: str, tags: dict[str, str],
+                     decision: VersionDecision | None = None) -> str:
+    """Register ``model_uri`` as a new version of the model, ``decision`` recorded with it (what
+    list_versions shows; ``tags`` are for the UI); returns the version number."""
     import mlflow
 
     activate(settings)  # register_model is fluent: it reads the global registry URI
-    version = mlflow.register_model(model_uri, settings.model_name, tags={**tags, "run_id": run_id})
-    return str(version.version)
+    version = str(mlflow.register_model(model_uri, settings.model_name, tags={**tags, "run_id": run_id}).version)
+    if decision is not None:
+        record_decision(client(settings), run_id, settings.model_name, version, decision)
+    return version
 
 
 def tag_version(settings: Settings, version: str, tags: dict[str, str]) -> None:
@@ -272,11 +285,19 @@ def _remove_canary(mlflow_client: MlflowClient, settings: Settings, version: str
 
 def canary(settings: Settings) -> tuple[str, float] | None:
     """The canary's version and its percent of the traffic, or None when no canary runs."""
+    from mlflow.exceptions import MlflowException
+
     model = _registered_model(settings)
     if model is None or CANARY_ALIAS not in model.aliases:
         return None
-    percent = float(model.tags.get(CANARY_PERCENT_TAG, "0"))
-    return str(model.aliases[CANARY_ALIAS]), percent
+    version = str(model.aliases[CANARY_ALIAS])
+    mlflow_client = client(settings)
+    try:
+        run_id = mlflow_client.get_model_version(settings.model_name, version).run_id
+        percent = read_canary_share(mlflow_client, run_id, settings.model_name, version) if run_id else 0.0
+    except MlflowException as exc:
+        raise RegistryError(f"model registry failed reading the canary's share: {exc.message}") from exc
+    return version, percent
 
 
 def start_canary(settings: Settings, version: str, percent: float, *, actor: str, reason: str) -> str | None:
@@ -290,8 +311,11 @@ def start_canary(settings: Settings, version: str, percent: float, *, actor: str
 
     mlflow_client = client(settings)
     try:
-        mlflow_client.get_model_version(settings.model_name, version)
+        run_id = mlflow_client.get_model_version(settings.model_name, version).run_id
+        if not run_id:
+            raise InputError(f"version {version} has no run to record its canary share with", field="version")
         # The share first: a service that sees the new alias sees its share with it.
+        record_canary_share(mlflow_client, run_id, settings.model_name, version, percent)
         mlflow_client.set_registered_model_tag(settings.model_name, CANARY_PERCENT_TAG, f"{percent:g}")
         _set_stage(mlflow_client, settings, version, "Staging")
     except MlflowException as exc:
@@ -351,15 +375,26 @@ def rollback(settings: Settings, *, actor: str, reason: str, alias: str | None =
 
 
 def list_versions(settings: Settings) -> list[dict[str, str]]:
-    """Every version with its tags and aliases, newest first."""
+    """Every version with its aliases, stage, run and recorded decision (decision, reason,
+    candidate_f1, candidate_pr_auc; absent for a version registered without one), newest first."""
     # search_model_versions leaves aliases empty; the registered model knows them.
     held_by = aliases(settings)
     if not held_by and _registered_model(settings) is None:
         return []
-    versions = client(settings).search_model_versions(f"name = '{settings.model_name}'")
+    from mlflow.exceptions import MlflowException
+
+    mlflow_client = client(settings)
     rows = []
-    for v in sorted(versions, key=lambda mv: int(mv.version), reverse=True):
-        held = ",".join(sorted(a for a, version in held_by.items() if version == str(v.version)))
-        rows.append({"version": str(v.version), "aliases": held, "stage": str(v.current_stage),
-                     **{k: str(val) for k, val in v.tags.items()}})
+    try:
+        versions = mlflow_client.search_model_versions(f"name = '{settings.model_name}'")
+        for v in sorted(versions, key=lambda mv: int(mv.version), reverse=True):
+            held = ",".join(sorted(a for a, version in held_by.items() if version == str(v.version)))
+            decision = read_decision(mlflow_client, v.run_id, settings.model_name, str(v.version)) if v.run_id else None
+            recorded = {} if decision is None else {
+                "decision": decision.decision, "decision_reason": decision.reason,
+                "candidate_f1": f"{decision.candidate_f1:.4f}", "candidate_pr_auc": f"{decision.candidate_pr_auc:.4f}"}
+            rows.append({"version": str(v.version), "aliases": held, "stage": str(v.current_stage),
+                         "run_id": str(v.run_id or ""), **recorded})
+    except MlflowException as exc:
+        raise RegistryError(f"model registry failed listing the versions: {exc.message}") from exc
     return rows

@@ -9,6 +9,7 @@ from __future__ import annotations
 import mlflow
 import mlflow.onnx
 import pytest
+from mlflow_tags import delete_every_tag
 from onnx import TensorProto, helper
 
 from mlops import registry
@@ -86,6 +87,8 @@ def test_deploy_compares_with_evaluates_record_whatever_the_versions_tags_say(se
         run_id=run_id, version=v2, decision="promote", reason="better", production_version_at_evaluation=v1))
     assert (record.rollout, record.production_version) == ("canary", v1)
     assert registry.aliases(settings)[registry.CANARY_ALIAS] == v2
+    delete_every_tag(settings)  # the canary's share is recorded with v2's run, not in the model's tags
+    assert registry.canary(settings) == (v2, 10.0)
 
 
 def test_direct_rollout_moves_production(settings: PipelineSettings) -> None:

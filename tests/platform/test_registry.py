@@ -14,6 +14,7 @@ from onnx import TensorProto, helper
 from mlops import registry
 from mlops.errors import InputError, ModelNotReadyError, NotFoundError, PromotionConflictError, RegistryError
 from mlops.registry_client import activate
+from mlops.registry_records import VersionDecision, revise_decision
 from mlops.settings import Settings
 
 
@@ -24,6 +25,10 @@ def _identity_model() -> onnx.ModelProto:
         [helper.make_tensor_value_info("probability", TensorProto.FLOAT, ["batch"])],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+
+
+def _decided(decision: str) -> VersionDecision:
+    return VersionDecision(decision=decision, reason="test", candidate_f1=0.5, candidate_pr_auc=0.6)
 
 
 def _logged_model(settings: Settings) -> tuple[str, str]:
@@ -69,8 +74,8 @@ def test_no_alias_means_not_ready(settings: Settings, tmp_path: Path) -> None:
 def test_promote_moves_alias_and_stage_and_archives_previous(settings: Settings, tmp_path: Path) -> None:
     first_uri, first_run = _logged_model(settings)
     second_uri, second_run = _logged_model(settings)
-    v1 = registry.register_version(settings, first_uri, first_run, {"decision": "promote"})
-    v2 = registry.register_version(settings, second_uri, second_run, {"decision": "promote"})
+    v1 = registry.register_version(settings, first_uri, first_run, {}, _decided("promote"))
+    v2 = registry.register_version(settings, second_uri, second_run, {}, _decided("promote"))
     assert (v1, v2) == ("1", "2")
     assert registry.promote(settings, v1) is None
     assert registry.promote(settings, v2) == v1
@@ -197,8 +202,10 @@ def test_rollback_without_an_earlier_version_is_refused(settings: Settings) -> N
 
 def test_versions_are_listed_without_aliases_and_apart_from_other_models(settings: Settings) -> None:
     uri, run_id = _logged_model(settings)
-    version = registry.register_version(settings, uri, run_id, {"decision": "keep"})
-    registry.register_version(settings.model_copy(update={"model_name": "another-model"}), uri, run_id, {})
+    # The tag says otherwise: the listing shows the recorded decision, tags are for the UI.
+    version = registry.register_version(settings, uri, run_id, {"decision": "tagged"}, _decided("keep"))
+    other = settings.model_copy(update={"model_name": "another-model"})
+    registry.register_version(other, uri, run_id, {}, _decided("reject"))  # its version 1, from the same run
 
     def listed() -> list[tuple[str, str, str, str]]:
         return [(r["version"], r["aliases"], r["stage"], r["decision"]) for r in registry.list_versions(settings)]
@@ -207,6 +214,10 @@ def test_versions_are_listed_without_aliases_and_apart_from_other_models(setting
     registry.promote(settings, version, actor="test")
     registry.promote(settings, version, alias="challenger", actor="test")
     assert listed() == [(version, "challenger,production", "Production", "keep")]
+    assert [r["decision"] for r in registry.list_versions(other)] == ["reject"]
+    unrecorded = registry.register_version(settings, uri, run_id, {"decision": "promote"})
+    assert "decision" not in registry.list_versions(settings)[0]
+    assert registry.list_versions(settings)[0]["version"] == unrecorded
 
 
 def test_a_stale_expectation_moves_nothing(settings: Settings) -> None:
@@ -273,6 +284,32 @@ def test_rollback_during_a_canary_ends_it_and_leaves_production(settings: Settin
     assert (change.alias, change.from_version, change.to_version) == ("canary", v2, None)
     assert registry.canary(settings) is None
     assert registry.alias_version(settings) == v1
+
+
+def test_a_later_verdict_replaces_the_recorded_decision_and_keeps_its_figures(settings: Settings) -> None:
+    uri, run_id = _logged_model(settings)
+    decided = registry.register_version(settings, uri, run_id, {}, _decided("promote"))
+    undecided = registry.register_version(settings, uri, run_id, {})
+    revise_decision(settings, decided, "reject", "canary analysis: failing")
+    revise_decision(settings, undecided, "reject", "canary analysis: failing")
+    rows = {r["version"]: r for r in registry.list_versions(settings)}
+    assert (rows[decided]["decision"], rows[decided]["decision_reason"]) == ("reject", "canary analysis: failing")
+    assert rows[decided]["candidate_f1"] == "0.5000"
+    assert "decision" not in rows[undecided]
+
+
+def test_the_canary_share_is_the_recorded_one_not_the_tag(settings: Settings) -> None:
+    uri, run_id = _logged_model(settings)  # every version from one run: each version's share apart
+    v1, v2, v3 = (registry.register_version(settings, uri, run_id, {}) for _ in range(3))
+    registry.promote(settings, v1, expected=None, actor="alice")
+    registry.start_canary(settings, v2, 10, actor="bob", reason="")
+    registry.rollback(settings, actor="carol", reason="")
+    registry.start_canary(settings, v3, 25, actor="bob", reason="")
+    client = registry.client(settings)
+    client.set_registered_model_tag(settings.model_name, registry.CANARY_PERCENT_TAG, "90")  # edited in the UI
+    assert registry.canary(settings) == (v3, 25.0)
+    client.delete_registered_model_tag(settings.model_name, registry.CANARY_PERCENT_TAG)
+    assert registry.canary(settings) == (v3, 25.0)
 
 
 @pytest.mark.parametrize("percent", [0, 100, -5])
