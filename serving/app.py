@@ -78,6 +78,7 @@ def _lifespan(state: ServiceState) -> Callable[[FastAPI], AbstractAsyncContextMa
             grpc_server = await _start_grpc(state)
             gc.collect()
             gc.freeze()
+            state.manager.start_polling()
             try:
                 yield
             finally:

@@ -5,25 +5,29 @@ A request reads :attr:`ModelManager.current` once and keeps that object, so it f
 model it started with while a swap happens. A version that fails to download or load, or that
 was exported under another data contract, is refused and counted; the old one keeps serving.
 The registry being unreachable never unloads a model. The last model served per alias is cached
-under ``<home>/serving/cache`` so a replica started during a registry outage serves it and says so.
+under ``<home>/serving/cache``, per registry (serving.model_cache), so a replica started during a
+registry outage serves it and says so: when the registry has not answered within
+``registry_startup_timeout_s`` the cached model is served while the first load goes on, and the
+registry's answer replaces it whenever it comes.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import shutil
 import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
+
 from mlops import registry
 from mlops.contract import DataContract
 from mlops.errors import MLOpsError, ModelNotReadyError, PromotionConflictError, RegistryError
 from mlops.inference import OnnxModel
 from serving.metrics import ServiceMetrics
+from serving.model_cache import ModelCache
 from serving.settings import ServingSettings
 
 log = logging.getLogger(__name__)
@@ -54,6 +58,18 @@ class Canary:
         return zlib.crc32(key.encode()) % 10_000 < self.percent * 100
 
 
+def registry_answers(tracking_uri: str, timeout_s: float) -> bool:
+    """False when an HTTP tracking server does not answer at all (refused, unresolvable, silent) within
+    ``timeout_s``; any answer, an error status included, and any other kind of store count as answering."""
+    if not tracking_uri.startswith(("http://", "https://")):
+        return True
+    try:
+        httpx.get(f"{tracking_uri.rstrip('/')}/health", timeout=timeout_s)
+    except httpx.TransportError:
+        return False
+    return True
+
+
 class ModelManager:
     """Holds the served (and optional challenger) model and follows the registry; thread-safe."""
 
@@ -70,9 +86,11 @@ class ModelManager:
         self.last_error = ""  # why the newest version is not served (or why none is), for the operator
         self._refused: tuple[str, str] | None = None  # (alias, version) that failed: not retried every poll
         self._refresh_lock = threading.Lock()
+        self._swap_lock = threading.Lock()  # the cached model never replaces one the registry gave
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
-        self._cache = settings.resolved_home / "serving" / "cache" / settings.model_name
+        self._cache = ModelCache(settings.resolved_home / "serving" / "cache", settings.resolved_tracking_uri,
+                                 settings.model_name)
 
     def require(self) -> LoadedModel:
         current = self.current
@@ -82,10 +100,30 @@ class ModelManager:
         return current
 
     def start(self) -> None:
-        """Load what the alias holds now (or the cached model), then poll in the background."""
-        self.refresh()
+        """Load what the alias holds now, or the cached model when the registry fails or is slow.
+
+        An HTTP registry that does not answer its /health at all is known down before MLflow is
+        even imported (seconds): the cached model is served at once and the poller loads the
+        registry's when it answers. Otherwise the first load runs in a thread: a registry that
+        hangs must not hold the replica unready, and whatever that load brings replaces the cache.
+        """
+        timeout = self.settings.registry_startup_timeout_s
+        if not registry_answers(self.settings.resolved_tracking_uri, timeout):
+            self._load_cached(f"registry unreachable at start (no answer from {self._cache.registry} "
+                              f"within {timeout:g} s)")
         if self.current is None:
-            self._load_cached()
+            outcome: list[RegistryError | None] = []
+            first = threading.Thread(target=lambda: outcome.append(self.refresh()), name="model-first-load",
+                                     daemon=True)
+            first.start()
+            first.join(timeout)
+            if self.current is None and (not outcome or outcome[0] is not None):
+                self._load_cached(f"registry unreachable at start (no answer within {timeout:g} s)" if not outcome
+                                  else "registry unreachable at start")
+
+    def start_polling(self) -> None:
+        """Re-read the registry every poll interval from now on (called once the service is ready:
+        a poll's first MLflow import must not compete with the start-up of a replica on its cache)."""
         self._poller = threading.Thread(target=self._poll, name="model-poller", daemon=True)
         self._poller.start()
 
@@ -212,10 +250,13 @@ class ModelManager:
         return model
 
     def _swap(self, loaded: LoadedModel) -> None:
-        previous = self.current
-        self.current = loaded  # one reference assignment: a request sees the old or the new model, whole
+        with self._swap_lock:
+            previous = self.current
+            if loaded.from_cache and previous is not None:
+                return  # the registry answered first
+            self.current = loaded  # one reference assignment: a request sees the old or the new model, whole
         self.last_error = ""
-        self.metrics.serving(loaded.served.name, loaded.served.version, loaded.alias)
+        self.metrics.serving(loaded.served.name, loaded.served.version, loaded.alias, from_cache=loaded.from_cache)
         served = loaded.served
         source = (f"the cache {served.onnx_path}" if loaded.from_cache
                   else f"the registry (models:/{served.name}/{served.version}, run {served.run_id})")
@@ -224,29 +265,26 @@ class ModelManager:
                  previous.served.version if previous else "none")
 
     def _write_cache(self, alias: str, served: registry.ServedModel) -> None:
-        self._cache.mkdir(parents=True, exist_ok=True)
-        # Write beside, then rename: another replica reading the cache never sees half a file.
-        partial = self._cache / f".{alias}.{os.getpid()}.onnx"
-        shutil.copyfile(served.onnx_path, partial)
-        partial.replace(self._cache / f"{alias}.onnx")
-        note = {"name": served.name, "version": served.version, "run_id": served.run_id}
-        (self._cache / f".{alias}.{os.getpid()}.json").write_text(json.dumps(note))
-        (self._cache / f".{alias}.{os.getpid()}.json").replace(self._cache / f"{alias}.json")
-
-    def _load_cached(self) -> None:
-        path, note_path = self._cache / f"{self.alias}.onnx", self._cache / f"{self.alias}.json"
-        if not (path.exists() and note_path.exists()):
-            return
-        note = json.loads(note_path.read_text())
-        served = registry.ServedModel(note["name"], note["version"], note["run_id"], path)
         try:
+            self._cache.write(alias, served)
+        except OSError as exc:  # a full or read-only disk costs the next outage its cache, not this load
+            log.error("model cache not written under %s: %s", self._cache.folder, exc)
+
+    def _load_cached(self, why: str) -> None:
+        try:
+            served = self._cache.read(self.alias)
+            if served is None:
+                log.warning("%s and no cached model of %s for alias %r under %s", why, self._cache.registry,
+                            self.alias, self._cache.folder)
+                return
             model = self._open(served)
         except MLOpsError as exc:
             log.error("cached model not usable: %s", exc.message)
             return
         self._swap(LoadedModel(served, model, self.alias, from_cache=True))
-        self.last_error = "registry unreachable at start; serving the cached model until it answers"
-        log.warning("%s", self.last_error)
+        if self.current is not None and self.current.from_cache:
+            self.last_error = f"{why}; serving the cached model until it answers"
+            log.warning("%s (version %s of %s)", self.last_error, served.version, self._cache.registry)
 
     def _poll(self) -> None:
         while not self._stop.wait(self.settings.model_poll_interval_s):

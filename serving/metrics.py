@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, values
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, values
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -45,6 +45,8 @@ class ServiceMetrics:
                                    registry=r)
         self._served: tuple[str, str, str] | None = None
         r.register(_ModelInfo(lambda: self._served))
+        self.from_cache = Gauge("mlops_model_from_cache", "1 while the served model is the cached one (the registry "
+                                "did not answer at start), 0 once the registry's is served.", registry=r)
         self.reloads = Counter("mlops_model_reloads", "Model reload attempts by result.", ["result"], registry=r)
         self.batch_size = Histogram("mlops_batch_size", "Rows per inference call.", buckets=_BATCH_BUCKETS,
                                     registry=r)
@@ -82,10 +84,11 @@ class ServiceMetrics:
     def reload_failed(self) -> None:
         self.reloads.labels(result="failed").inc()
 
-    def serving(self, name: str, version: str, alias: str) -> None:
+    def serving(self, name: str, version: str, alias: str, *, from_cache: bool = False) -> None:
         """A model was loaded and is served now: counted, and mlops_model_info points at it."""
         self.reloads.labels(result="loaded").inc()
         self._served = (name, version, alias)
+        self.from_cache.set(1 if from_cache else 0)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

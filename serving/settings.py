@@ -14,6 +14,9 @@ class ServingSettings(Settings):
         default=300.0, ge=0, description="How far in the future a request's event_timestamp may lie.")
     model_poll_interval_s: float = Field(
         default=30.0, gt=0, description="How often the service re-reads the alias it serves.")
+    registry_startup_timeout_s: float = Field(
+        default=3.0, gt=0, le=120, description="At start, how long the first load may wait for the registry "
+        "before the cached model (serving/cache) is served; the load goes on and replaces it when it answers.")
     max_body_bytes: int = Field(default=1 << 20, ge=1024, description="Largest request body accepted (413).")
     shadow: bool = Field(default=False, description="Also score the `challenger` alias off the response path.")
     prediction_log_fsync_interval_s: float = Field(

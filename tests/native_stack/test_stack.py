@@ -238,3 +238,77 @@ def _kill_mlflow_during_a_run(running: RunningStack, before: tuple[list[str], li
         registry.alias_version(settings)
     assert _registry_in_postgres(running) == before
     print(f"killed MLflow after `{killed_after}`; the run said: {first_line}")
+
+
+REPLICA_READY_LIMIT_S = 15.0
+MOST_CONTENTION = 2.5
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a running process (/proc/PID/stat, fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_replica_started_with_mlflow_killed_serves_its_cached_model(running: RunningStack, promoted: str) -> None:
+    """The stack's service cached the promoted version; with MLflow killed, a new replica serves it.
+
+    Ready within 15 s: the replica's own CPU time to its first answer stays under 15 s, and so does
+    its wall time on an idle machine. Where other jobs share the cores the wall-clock limit grows
+    with the load per core of the last minute (at most 2.5 times); every figure is printed.
+    """
+    settings, contract = running.settings, running.contract
+    base = f"http://127.0.0.1:{settings.port}"
+    until(lambda: httpx.get(f"{base}/healthz", timeout=5).json().get("model_version") == promoted,
+          "the stack's service to serve (and cache) the promoted version", 120)
+    body = request_body(time_split(running.data, contract)["test"].iloc[0], contract)
+    assert procs.stop(running.stack.records()["mlflow"], sig=signal.SIGKILL)
+    log_path, port = running.stack.log("replica"), free_port()
+    url = f"http://127.0.0.1:{port}"
+    with log_path.open("wb") as log:
+        started, started_at = time.monotonic(), time.strftime("%H:%M:%S")
+        replica = subprocess.Popen([sys.executable, "-m", "mlops_cli", "serve"], stdout=log,
+                                   stderr=subprocess.STDOUT, env={**os.environ, "MLOPS_PORT": str(port)})
+    try:
+        try:
+            answer = _first_answer(replica, url, body, started, log_path)
+            ready_after, cpu = time.monotonic() - started, _cpu_seconds(replica.pid)
+            contention = min(max(os.getloadavg()[0] / (os.cpu_count() or 1), 1.0), MOST_CONTENTION)
+            print(f"replica with MLflow killed: ready and answering /predict from its cache {ready_after:.1f} s "
+                  f"after its process started (at {started_at}), {cpu:.1f} s of CPU; load per core {contention:.2f}")
+            assert answer.json()["model_version"] == promoted
+            assert cpu < REPLICA_READY_LIMIT_S, log_path.read_text()
+            assert ready_after < REPLICA_READY_LIMIT_S * contention, log_path.read_text()
+            health = httpx.get(f"{url}/healthz", timeout=5).json()
+            assert (health["source"], health["model_version"]) == ("cache", promoted)
+            assert "registry unreachable at start" in health["warning"]
+            assert "mlops_model_from_cache 1.0" in httpx.get(f"{url}/metrics", timeout=5).text
+            assert "serving the cached model until it answers" in log_path.read_text()
+        finally:
+            restarted = supervisor.start_service(running.stack, "mlflow")
+            procs.write_records(running.stack.records_path, {**running.stack.records(), "mlflow": restarted})
+        # The registry is back: the poller replaces the cached model with the registry's.
+        until(lambda: httpx.get(f"{url}/healthz", timeout=5).json()["source"] == "registry",
+              "the replica to reload from the restarted registry", 60)
+        assert "mlops_model_from_cache 0.0" in httpx.get(f"{url}/metrics", timeout=5).text
+    finally:
+        replica.terminate()
+        replica.wait(timeout=30)
+    assert "Traceback" not in log_path.read_text()
+
+
+def _first_answer(replica: subprocess.Popen[bytes], url: str, body: dict[str, object], started: float,
+                  log_path: Path) -> httpx.Response:
+    """The replica's first 200 to /predict, polled every 0.1 s from its start (a dead replica fails at once)."""
+    while time.monotonic() - started < 120:
+        assert replica.poll() is None, f"the replica exited: {log_path.read_text()[-3000:]}"
+        try:
+            if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
+                print(f"replica ready after {time.monotonic() - started:.1f} s")
+                answer = httpx.post(f"{url}/predict", json=body, timeout=10)
+                assert answer.status_code == 200, answer.text
+                return answer
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("the replica was not ready within 120 s")

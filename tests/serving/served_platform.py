@@ -29,6 +29,7 @@ from mlops.store_location import relocate_store
 from pipelines.settings import PipelineSettings
 from pipelines.training.export import export_and_check, log_model_to_mlflow
 from pipelines.training.trainer import TrainParams, train_model
+from serving.model_cache import ModelCache
 from serving.settings import ServingSettings
 
 N_ROWS = 3000
@@ -117,3 +118,19 @@ def sample_body(platform: ServedPlatform) -> dict[str, Any]:
         "channel": "online",
         "country": "NG",
     }
+
+
+def cache_for_dead_registry(settings: ServingSettings, dead_tracking_uri: str,
+                            live_tracking_uri: str | None = None) -> None:
+    """Give ``dead_tracking_uri`` the cache entry a service of ``settings`` (on ``live_tracking_uri``,
+    default the home's registry) wrote for the serving alias.
+
+    The cache is per registry: a replica pointed at another (dead) tracking URI finds nothing the
+    live one cached. Tests that stand a dead registry in for a killed one copy the entry over, as
+    a service of that registry would have written it (the entry's sha256 is checked on reading).
+    """
+    root = settings.resolved_home / "serving" / "cache"
+    live = ModelCache(root, live_tracking_uri or settings.resolved_tracking_uri, settings.model_name)
+    entry = live.read(settings.serving_alias)
+    assert entry is not None, "no cached model: the service of these settings has not loaded one"
+    ModelCache(root, dead_tracking_uri, settings.model_name).write(settings.serving_alias, entry)
