@@ -2,8 +2,8 @@
 export, evaluation and promotion, checkpoints, the demo).
 
 The pipeline's processes (the CLI's pipeline, train and step commands, kfp.local and DVC steps,
-torchrun's ranks) construct this class; the settings reach the steps' processes as MLOPS_*
-variables or params.yaml, read back here.
+torchrun's ranks) construct this class; the settings reach the steps' processes as one serialized
+settings record (MLOPS_SETTINGS_JSON), MLOPS_* variables or params.yaml, read back here.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 The context (settings, contract, MLflow pointed at the settings' stores) is made once per process:
 once per run by the inline runner, once per task in a Kubeflow or DVC step process, where the
-settings arrive as MLOPS_* variables or params.yaml.
+settings arrive as one serialized settings record (kfp.local), MLOPS_* variables (Kubeflow) or
+params.yaml (DVC).
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
-"""Settings as MLOPS_* variables, for the processes that cannot be handed the object.
+"""Settings for the processes that cannot be handed the object.
 
-kfp.local's step processes, torchrun's training processes and the services a demo starts read
-their settings from the environment; the inline runner hands its steps the settings themselves.
+kfp.local's step processes and torchrun's training processes get one serialized settings record
+(:func:`record_env`, read back by the settings classes themselves); the services a demo starts
+and the commands a test starts get MLOPS_* variables (:func:`settings_env`), as a person would set
+them. The inline runner hands its steps the settings themselves.
 """
 
 from __future__ import annotations
@@ -11,23 +13,20 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from pydantic import SecretStr
-
-from mlops.settings import Settings
+from mlops.settings import SETTINGS_RECORD_VARIABLE, Settings, settings_record
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
-    """The settings as MLOPS_* variables, with paths made absolute for the step processes."""
-    # Tuples travel as JSON, the form pydantic-settings parses back; secrets as themselves, not masked.
-    dumped = settings.model_dump(mode="json", exclude_none=True)
-    for name in dumped:
-        value = getattr(settings, name)
-        if isinstance(value, SecretStr):
-            dumped[name] = value.get_secret_value()
-    env = {f"MLOPS_{k.upper()}": v if isinstance(v, str) else json.dumps(v) for k, v in dumped.items()}
-    env["MLOPS_HOME"] = str(settings.resolved_home)
-    env["MLOPS_CONTRACT_PATH"] = str(settings.contract_path.expanduser().resolve())
-    return env
+    """The settings as MLOPS_* variables: the record's values (secrets as themselves, paths absolute)."""
+    # Tuples travel as JSON, the form pydantic-settings parses back; an unset setting stays unset.
+    values = json.loads(settings_record(settings))
+    return {f"MLOPS_{key.upper()}": value if isinstance(value, str) else json.dumps(value)
+            for key, value in values.items() if value is not None}
+
+
+def record_env(settings: Settings) -> dict[str, str]:
+    """The settings as the one variable a step process or training rank reads them from."""
+    return {SETTINGS_RECORD_VARIABLE: settings_record(settings)}
 
 
 @contextmanager

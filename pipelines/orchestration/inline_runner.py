@@ -3,7 +3,7 @@
 The same declared steps (pipelines/orchestration/declaration.py) in the same order, with the
 same condition (deploy only when evaluate says "promote") and one MLflow run, as the compiled
 pipeline on kfp.local; only the process per step is gone, and with it the settings' trip through
-MLOPS_* variables. The records pass as objects and are also written where kfp.local writes them
+an environment variable. The records pass as objects and are also written where kfp.local writes them
 (``<artifacts>/<step>/record``, a failure's record beside it): the runner reads both runs alike.
 A step process pays Python's start-up and its libraries' imports (MLflow, Feast, Great
 Expectations, torch: seconds each) every run; inline they are paid once per process, and a

@@ -1,7 +1,8 @@
 """The body of every KFP component: a step run inside its Kubeflow (or kfp.local) task.
 
 The component's arguments arrive as KFP's artifact objects and plain values; the step's records
-travel as JSON artifacts. Settings come from the task's MLOPS_* variables, once per task.
+travel as JSON artifacts. Settings come from the settings record the runner hands each kfp.local
+task (MLOPS_SETTINGS_JSON), or on Kubeflow from the pod's MLOPS_* variables, once per task.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Run the compiled pipeline locally with kfp.local (the embedded default).
 
 The IR YAML that Kubeflow Pipelines would run is loaded and executed here, each step in a
-subprocess of the current environment. Settings reach the steps as MLOPS_* variables. Each run has
+subprocess of the current environment. Settings reach the steps as one serialized settings record
+(:func:`pipelines.orchestration.environment.record_env`). Each run has
 its own folder under settings.kfp_root, where the steps leave their records
 (:mod:`pipelines.orchestration.run_records`): the outcome is evaluate's record, and when a step
 fails its failure record says which step and why, and that is what is raised.
@@ -27,7 +28,7 @@ from mlops.errors import PipelineError
 from mlops.preflight import check_source, check_tracking_server, check_tracking_store
 from mlops.settings import Settings
 from pipelines.orchestration.declaration import STEPS, Step
-from pipelines.orchestration.environment import environment, settings_env
+from pipelines.orchestration.environment import environment, record_env
 from pipelines.orchestration.kfp_pipeline import COMPILED_PIPELINE
 from pipelines.orchestration.progress import ANSI_ESCAPE, StepReport, captured_run_output, key_figure
 from pipelines.orchestration.records import EvaluateRecord, IngestRecord
@@ -129,13 +130,13 @@ def _with_tracking_store(settings: PipelineSettings) -> PipelineSettings:
 
 
 def _run_on_kfp_local(package: Path, settings: Settings, parameters: dict[str, str | int], root: Path) -> None:
-    """The compiled pipeline on kfp.local, a process per step, the settings in their environment, the
+    """The compiled pipeline on kfp.local, a process per step, the settings record in their environment, the
     outputs under ``root`` (the run's own folder, where the runner finds the records)."""
     from kfp import components, local
 
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root),
                raise_on_error=True)
-    with environment(settings_env(settings)), warnings.catch_warnings():
+    with environment(record_env(settings)), warnings.catch_warnings():
         # The train task's GPU settings (pipelines/cluster.py) are for Kubeflow; locally they are moot.
         warnings.filterwarnings("ignore", message=r"Task '.*': settings .* have no effect in the current local runner",
                                 category=UserWarning)

@@ -148,7 +148,7 @@ def start_model_run(settings: Settings, data_run_id: str) -> str:
 def train_task(context: StepContext, *, train: Path, validation: Path, test: Path, ingested: IngestRecord,
                model: Path) -> TrainRecord:
     """Train (under torchrun when this pod has several GPUs); rank 0 leaves model.pt in ``model``."""
-    from pipelines.orchestration.environment import environment, settings_env
+    from pipelines.orchestration.environment import environment, record_env
     from pipelines.training.entry import launch_on_local_gpus, run_training
 
     settings, model_dir = context.settings, model
@@ -156,7 +156,7 @@ def train_task(context: StepContext, *, train: Path, validation: Path, test: Pat
     paths = {"train": train, "validation": validation, "test": test}
     checkpoints = settings.resolved_checkpoint_dir
     with tracked_step(run_id, "train"):
-        with environment(settings_env(settings)):  # torchrun's processes read the settings from it
+        with environment(record_env(settings)):  # torchrun's processes read the settings from it
             launched = launch_on_local_gpus(paths, model_dir, checkpoints, run_id)
         if not launched:
             run_training(paths, model_dir, checkpoints, run_id=run_id, settings=settings, resume_key=run_id)

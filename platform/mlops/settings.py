@@ -23,6 +23,7 @@ setting (``DEPLOYABLE_FIELDS``) is left to it; a key no deployable knows fails v
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any, Literal, Self
@@ -44,6 +45,9 @@ from mlops.errors import ConfigError
 BUNDLED_CONTRACT = Path(__file__).parent / "contracts" / "fraud.yaml"
 ENV_PREFIX = "MLOPS_"
 PARAMS_FILE_VARIABLE = "MLOPS_PARAMS_FILE"
+# The whole settings of a parent process as one JSON record (settings_record): a kfp.local step or a
+# torchrun rank takes its settings from it, ahead of any MLOPS_* variable it inherits.
+SETTINGS_RECORD_VARIABLE = "MLOPS_SETTINGS_JSON"
 PROFILES_DIR = Path(__file__).parent / "profiles"
 
 
@@ -173,7 +177,8 @@ class Settings(BaseSettings):
         if name and profile_path(name).is_file():
             profile = (DotEnvSettingsSource(settings_cls, env_file=profile_path(name), env_prefix=ENV_PREFIX),)
         shared = tuple(OwnSettingsOnly(settings_cls, source) for source in (*params, *profile))
-        return (init_settings, env_settings, *shared, dotenv_settings, file_secret_settings)
+        return (init_settings, *settings_record_source(settings_cls), env_settings, *shared, dotenv_settings,
+                file_secret_settings)
 
     @property
     def resolved_home(self) -> Path:
@@ -256,3 +261,31 @@ def params_file_source(settings_cls: type[BaseSettings]) -> tuple[PydanticBaseSe
                           f"not hold a {type(values).__name__}", field=PARAMS_FILE_VARIABLE)
     # Read like keyword arguments, so a key that names no setting fails validation (extra="forbid").
     return (InitSettingsSource(settings_cls, init_kwargs=values or {}),)
+
+
+def settings_record(settings: Settings) -> str:
+    """``settings`` as the one JSON record a child process is handed in SETTINGS_RECORD_VARIABLE:
+    secrets as themselves (not masked), home and contract as absolute paths (the child may start elsewhere)."""
+    values = settings.model_dump(mode="json")
+    for name in values:
+        value = getattr(settings, name)
+        if isinstance(value, SecretStr):
+            values[name] = value.get_secret_value()
+    values["home"] = str(settings.resolved_home)
+    values["contract_path"] = str(settings.contract_path.expanduser().resolve())
+    return json.dumps(values)
+
+
+def settings_record_source(settings_cls: type[BaseSettings]) -> tuple[PydanticBaseSettingsSource, ...]:
+    """The record SETTINGS_RECORD_VARIABLE holds (its fields this class has), or nothing when it is unset."""
+    text = os.environ.get(SETTINGS_RECORD_VARIABLE)
+    if not text:
+        return ()
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{SETTINGS_RECORD_VARIABLE} is not a JSON settings record: {exc}",
+                          field=SETTINGS_RECORD_VARIABLE) from exc
+    # A parent's class may have settings this one lacks (a pipeline's record read by the base class).
+    own = {key: value for key, value in values.items() if key in settings_cls.model_fields}
+    return (InitSettingsSource(settings_cls, init_kwargs=own),)
