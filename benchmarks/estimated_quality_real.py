@@ -7,7 +7,8 @@ The generator's stream of the demo's population (seed 42) is replayed through in
 from the demo's first day, so every feature sees the history the service would have; the rows after
 the demo's data are scored by the production version and cut into windows of 10,000 in time order.
 Per window: the estimate from the probabilities at the served threshold (monitoring.estimated_quality)
-with its 95 % interval, and the realized value from the generator's labels. Prints, per metric, how
+with its 95 % interval, read through the version's score map as the drift job reads it (and, for
+comparison, as served), and the realized value from the generator's labels. Prints, per metric, how
 many windows' realized value lies inside the interval, the mean absolute error and the mean bias.
 """
 
@@ -29,6 +30,7 @@ from mlops.inference import OnnxModel
 from mlops.settings import Settings
 from monitoring.estimated_quality import METRICS, estimate_quality
 from monitoring.labels import average_precision
+from monitoring.references import fetch_profile
 
 WINDOW = 10_000
 DEMO_ROWS, DEMO_DAYS = 30_000, 60  # `make demo`'s data: 30,000 transactions over 60 days, seed 42
@@ -51,7 +53,7 @@ def main() -> None:
     contract = load_contract(settings.contract_path)
     # The same rate of transactions a day as the demo's data, carried on past its last day.
     days = int(np.ceil(DEMO_DAYS * (DEMO_ROWS + args.rows) / DEMO_ROWS))
-    stream = generate_transactions(DEMO_ROWS + args.rows, seed=42, days=days)
+    stream = generate_transactions(DEMO_ROWS + args.rows, seed=42, days=days, population_rows=DEMO_ROWS)
     frame = pd.concat([stream, replay_features(stream, contract)], axis=1)
     demo = generate_transactions(DEMO_ROWS, seed=42, days=DEMO_DAYS)
     end_of_demo = pd.Timestamp(demo[contract.timestamp_column].max())
@@ -63,22 +65,27 @@ def main() -> None:
     windows = len(after) // WINDOW
     print(f"version {served.version}, threshold {model.threshold:.3f}; {windows} windows of {WINDOW:,} rows after "
           f"the demo's data (positive rate {labels.mean():.4f})")
-    figures: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in METRICS}
-    for window in range(windows):
-        part = slice(window * WINDOW, (window + 1) * WINDOW)
-        predicted = probabilities[part] >= model.threshold
-        estimate = estimate_quality(probabilities[part], predicted)
-        truth = realized(labels[part], probabilities[part], predicted)
-        for name in METRICS:
-            interval = estimate.metric(name)
-            figures[name].append((interval.estimate, interval.low, interval.high, truth[name]))
-    print("| metric | realized inside the 95 % interval | mean absolute error | mean realized - estimated |")
-    print("|---|---|---|---|")
-    for name, rows in figures.items():
-        inside = sum(low <= value <= high for _, low, high, value in rows)
-        error = float(np.mean([abs(value - guess) for guess, _, _, value in rows]))
-        bias = float(np.mean([value - guess for guess, _, _, value in rows]))
-        print(f"| {name} | {inside} of {len(rows)} | {error:.3f} | {bias:+.3f} |")
+    score_map = fetch_profile(settings, settings.model_name, served.version).score_map
+    print("score map: " + (f"isotonic over {score_map.rows:,} reference rows, {score_map.positives} positive"
+                           if score_map else "none (the profile predates maps: every row read as served)"))
+    for reading, through in (("through the score map", score_map), ("as served", None)):
+        figures: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in METRICS}
+        for window in range(windows):
+            part = slice(window * WINDOW, (window + 1) * WINDOW)
+            predicted = probabilities[part] >= model.threshold
+            estimate = estimate_quality(probabilities[part], predicted, score_map=through)
+            truth = realized(labels[part], probabilities[part], predicted)
+            for name in METRICS:
+                interval = estimate.metric(name)
+                figures[name].append((interval.estimate, interval.low, interval.high, truth[name]))
+        print(f"\nprobabilities read {reading}")
+        print("| metric | realized inside the 95 % interval | mean absolute error | mean realized - estimated |")
+        print("|---|---|---|---|")
+        for name, rows in figures.items():
+            inside = sum(low <= value <= high for _, low, high, value in rows)
+            error = float(np.mean([abs(value - guess) for guess, _, _, value in rows]))
+            bias = float(np.mean([value - guess for guess, _, _, value in rows]))
+            print(f"| {name} | {inside} of {len(rows)} | {error:.3f} | {bias:+.3f} |")
     print(f"({time.perf_counter() - started:.0f} s)")
 
 

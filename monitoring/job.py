@@ -38,8 +38,10 @@ def thresholds(settings: MonitoringSettings) -> DriftThresholds:
                            min_rows=settings.drift_min_rows)
 
 
-def judge(settings: Settings, window: pd.DataFrame, limits: DriftThresholds) -> list[tuple[DriftReport, pd.DataFrame]]:
-    """A report per (model, version) that served at least ``min_rows`` of the window."""
+def judge(settings: Settings, window: pd.DataFrame, limits: DriftThresholds,
+          cluster: str | None = None) -> list[tuple[DriftReport, pd.DataFrame]]:
+    """A report per (model, version) that served at least ``min_rows`` of the window; categorical tests
+    count each value of ``cluster`` (an entity key) once."""
     judged = []
     sizes = window.groupby(["model_name", "model_version"]).size()
     for (name, version), group in window.groupby(["model_name", "model_version"], sort=True):
@@ -48,7 +50,7 @@ def judge(settings: Settings, window: pd.DataFrame, limits: DriftThresholds) -> 
             continue
         profile = fetch_profile(settings, str(name), str(version))
         report = compute_drift(group.reset_index(drop=True), profile, limits, model_name=str(name),
-                               model_version=str(version))
+                               model_version=str(version), cluster=cluster)
         judged.append((report, group.reset_index(drop=True)))
     if not judged:
         served = ", ".join(f"v{cast(tuple[str, str], key)[1]}: {count}" for key, count in sizes.items())
@@ -135,7 +137,7 @@ def run_drift(settings: MonitoringSettings, spec: WindowSpec, *, limits: DriftTh
         raise EmptyWindowError(f"no predictions logged in {spec.describe()} ({log_dir(settings)}); "
                                "send some: `make demo` replays the test split, or `make serve` and POST "
                                "transactions to /predict")
-    judged = judge(settings, window, limits)
+    judged = judge(settings, window, limits, contract.entities[0].join_key if contract.entities else None)
     reports = [report for report, _ in judged]
     estimated = estimates(settings, contract, judged)
     level = max_level([r.level for r in reports] + [e.level for e in estimated])

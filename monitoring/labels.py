@@ -9,6 +9,7 @@ the same id replaces the earlier one (a chargeback can overturn a first verdict)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import cast
 
@@ -19,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from mlops.calibration import calibration_report
 from mlops.contract import DataContract
 from mlops.errors import InputError
+from mlops.score_map import ScoreMap
 from monitoring.estimated_quality import QualityEstimate, estimate_quality
 
 LABELS_FILE = "labels.parquet"
@@ -113,7 +115,7 @@ def average_precision(labels: np.ndarray, scores: np.ndarray) -> float:
     return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
 
 
-def _scores(group: pd.DataFrame, positive: str) -> dict[str, object]:
+def _scores(group: pd.DataFrame, positive: str, score_map: ScoreMap | None) -> dict[str, object]:
     truth = group[LABEL].to_numpy(dtype="int64")
     predicted = (group["decision"] == positive).to_numpy()
     tp = int(np.sum(predicted & (truth == 1)))
@@ -123,13 +125,15 @@ def _scores(group: pd.DataFrame, positive: str) -> dict[str, object]:
     probabilities = group["probability"].to_numpy(dtype="float64")
     return {"labelled": len(group), "positives": int(truth.sum()), "precision": precision, "recall": recall,
             "f1": f1, "pr_auc": average_precision(truth, probabilities),
-            "estimate": estimate_quality(probabilities, predicted),
+            "estimate": estimate_quality(probabilities, predicted, score_map=score_map),
             "ece": calibration_report(truth, probabilities).ece}
 
 
-def quality(labelled: pd.DataFrame, window: str, positive: str) -> list[QualityRow]:
+def quality(labelled: pd.DataFrame, window: str, positive: str,
+            score_maps: Mapping[str, ScoreMap | None] | None = None) -> list[QualityRow]:
     """Precision, recall, F1 and PR-AUC per ``window`` (a pandas frequency such as 1h) and model version,
-    with their estimate and the ECE; ``positive`` is the decision that predicts a positive label (the contract's)."""
+    with their estimate (through the version's score map in ``score_maps``, as the drift job estimates)
+    and the ECE; ``positive`` is the decision that predicts a positive label (the contract's)."""
     if labelled.empty:
         return []
     frame = labelled.assign(window_start=pd.to_datetime(labelled["logged_at"], utc=True).dt.floor(window),
@@ -138,5 +142,5 @@ def quality(labelled: pd.DataFrame, window: str, positive: str) -> list[QualityR
     for key, group in frame.groupby(["window_start", "model_version", "role"], sort=True):
         start, version, role = cast(tuple[pd.Timestamp, str, str], key)
         rows.append(QualityRow(window_start=start.isoformat(), model_version=str(version), role=str(role),
-                               **_scores(group, positive)))
+                               **_scores(group, positive, (score_maps or {}).get(str(version)))))
     return rows

@@ -4,19 +4,24 @@ each version's calibration on all the joined labels is stored for the drift job'
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import UTC, datetime
 
 import pandas as pd
 
 from mlops.contract import load_contract
-from mlops.errors import InputError
+from mlops.errors import InputError, NotFoundError
 from mlops.prediction_log import log_dir
+from mlops.score_map import ScoreMap
 from monitoring import metrics
 from monitoring.calibration_guard import check_versions, save_checks, unreliable
 from monitoring.labels import QualityRow, join_labels, quality, read_labels
+from monitoring.references import fetch_profile
 from monitoring.settings import MonitoringSettings
 from monitoring.window import WindowSpec, read_window
+
+log = logging.getLogger(__name__)
 
 
 def run_quality(settings: MonitoringSettings, spec: WindowSpec, bucket: str) -> list[QualityRow]:
@@ -27,10 +32,23 @@ def run_quality(settings: MonitoringSettings, spec: WindowSpec, bucket: str) -> 
         raise InputError(f"--window must be a pandas frequency such as 1h or 1D, got {bucket!r}") from exc
     labelled = join_labels(read_window(log_dir(settings), spec), read_labels(settings.monitoring_dir))
     limit, fewest = settings.calibration_ece_limit, settings.calibration_min_labelled
+    versions: list[str] = [] if labelled.empty else labelled["model_version"].astype(str).unique().tolist()
+    maps = {version: _score_map(settings, version) for version in versions}
+    positive = load_contract(settings.contract_path).decisions.positive
     rows = [row.model_copy(update={"unreliable": unreliable(row.ece or 0.0, row.labelled, limit, fewest) or ""})
-            for row in quality(labelled, bucket, load_contract(settings.contract_path).decisions.positive)]
+            for row in quality(labelled, bucket, positive, maps)]
     if not labelled.empty:
         save_checks(settings.monitoring_dir, check_versions(labelled, datetime.now(UTC)))
     metrics.publish(metrics.quality_registry(rows, time.perf_counter() - started), metrics.QUALITY_JOB,
                     settings.monitoring_dir, settings.pushgateway_url)
     return rows
+
+
+def _score_map(settings: MonitoringSettings, version: str) -> ScoreMap | None:
+    """The version's score map, as the drift job reads its estimate through; None for a version this
+    registry does not hold or whose profile predates maps (its estimate reads the probabilities as served)."""
+    try:
+        return fetch_profile(settings, settings.model_name, version).score_map
+    except NotFoundError as missing:
+        log.warning("estimating version %s without a score map: %s", version, missing.message)
+        return None

@@ -41,14 +41,14 @@ def psi_binned(edges: list[float], reference_counts: list[int], current: np.ndar
                            bin_counts(edges, current).astype("float64"))
 
 
-def aligned_counts(reference: Mapping[str, int], current: Mapping[str, int]) -> tuple[np.ndarray, np.ndarray]:
+def aligned_counts(reference: Mapping[str, float], current: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
     """Counts of both samples over every key seen in either (sorted, as Evidently orders them)."""
     keys = sorted(set(reference) | set(current))
     return (np.array([reference.get(k, 0) for k in keys], dtype="float64"),
             np.array([current.get(k, 0) for k in keys], dtype="float64"))
 
 
-def chi_squared_p(reference: Mapping[str, int], current: Mapping[str, int]) -> float:
+def chi_squared_p(reference: Mapping[str, float], current: Mapping[str, float]) -> float:
     ref, cur = aligned_counts(reference, current)
     expected = ref * (cur.sum() / ref.sum())
     # A category the reference never saw has expected count 0: the statistic is infinite, p = 0.

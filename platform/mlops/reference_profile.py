@@ -6,7 +6,9 @@ sample of at most ``MAX_SAMPLE``) for the Kolmogorov-Smirnov test; a numeric inp
 ``DISCRETE_MAX_VALUES`` distinct values (counts, flags) keeps per-value counts instead, as Evidently
 bins such columns by value. Per categorical input: category counts. And the model's predicted
 probabilities (profiled like a numeric input) with the share of confident predictions, and the
-version's decision threshold (the estimated quality's reference is computed from both).
+version's decision threshold (the estimated quality's reference is computed from both), and, when the
+profiled rows carry labels, the score map (mlops.score_map): how often each probability turned out
+positive, through which the estimated quality reads served probabilities.
 
 A periodic input (the time features: hour of day, day of week) is profiled over the newest whole
 periods the reference spans, and judged only over windows that cover a whole period (see
@@ -29,6 +31,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from mlops.contract import DataContract
+from mlops.score_map import ScoreMap, fit_score_map
 
 PROFILE_ARTIFACT = "reference/profile.json"
 N_BINS = 10
@@ -76,6 +79,8 @@ class ReferenceProfile(_Strict):
     confident_share: float
     # The version's decision threshold, for the estimated quality's reference; None in older profiles.
     threshold: float | None = None
+    # None when the profiled rows had no labels or too few of a class, and in older profiles.
+    score_map: ScoreMap | None = None
 
 
 def bin_counts(edges: list[float] | np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -139,8 +144,11 @@ def profile_categorical(values: pd.Series) -> CategoricalProfile:
 
 def build_profile(frame: pd.DataFrame, contract: DataContract, probabilities: np.ndarray,
                   threshold: float | None = None) -> ReferenceProfile:
-    """Profile of ``frame`` (raw inputs and computed features), the model's probabilities on it and its threshold."""
+    """Profile of ``frame`` (raw inputs and computed features), the model's probabilities on it and its
+    threshold, and the score map when ``frame`` has the contract's label column."""
     probabilities = np.asarray(probabilities, dtype="float64")
+    label = contract.label_column
+    score_map = fit_score_map(probabilities, frame[label].to_numpy()) if label in frame else None
     scored = np.ones(probabilities.size, dtype=bool)
     days = 0
     if contract.timestamp_column in frame:
@@ -158,6 +166,7 @@ def build_profile(frame: pd.DataFrame, contract: DataContract, probabilities: np
         confidence_cutoff=CONFIDENCE_CUTOFF,
         confident_share=confident_share(probabilities[scored]),
         threshold=threshold,
+        score_map=score_map,
     )
 
 

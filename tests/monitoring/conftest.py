@@ -8,6 +8,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from served_traffic import LogWriter, Registrar, Traffic, score, served_features
@@ -43,8 +44,12 @@ def traffic(contract: DataContract) -> Traffic:
 
 @pytest.fixture(scope="session")
 def reference(traffic: Traffic, contract: DataContract) -> ReferenceProfile:
+    """The first half's profile, its labels drawn from the fixtures' probabilities: the rule that scores
+    them is calibrated by construction, and its score map says so."""
     first_half = traffic("none").iloc[: ROWS // 2]
-    return build_profile(first_half, contract, first_half["probability"].to_numpy())
+    drawn = np.random.default_rng(SEED).random(len(first_half)) < first_half["probability"].to_numpy()
+    return build_profile(first_half.assign(**{contract.label_column: drawn.astype("int64")}), contract,
+                         first_half["probability"].to_numpy())
 
 
 @pytest.fixture(scope="session")

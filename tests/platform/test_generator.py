@@ -273,3 +273,20 @@ def test_writing_in_chunks_gives_the_generated_rows(tmp_path: Path, suffix: str)
         pd.testing.assert_frame_equal(pd.read_parquet(out), frame)
         assert pq.ParquetFile(out).metadata.num_row_groups == 4
     assert share == frame["is_fraud"].mean()
+
+
+def test_a_longer_stream_keeps_a_smaller_datasets_population() -> None:
+    """population_rows: the customers and merchants of the smaller dataset (the same homes), each as
+    active a day, so a longer stream is the traffic that follows it, not a larger population."""
+    small = generate_transactions(3_000, seed=9, days=6)
+    longer = generate_transactions(12_000, seed=9, days=24, population_rows=3_000)
+    assert longer["customer_id"].nunique() <= small["customer_id"].nunique() + 10
+    assert set(longer["merchant_id"]) == set(small["merchant_id"])
+    legit = ~small["is_fraud"].astype(bool), ~longer["is_fraud"].astype(bool)
+    homes = [frame[mask].groupby("customer_id")["country"].agg(lambda c: c.mode().iloc[0])
+             for frame, mask in zip((small, longer), legit, strict=True)]
+    shared = homes[0].index.intersection(homes[1].index)
+    assert len(shared) >= 100
+    assert (homes[0][shared] == homes[1][shared]).mean() > 0.95
+    unpinned = generate_transactions(12_000, seed=9, days=24)
+    assert unpinned["customer_id"].nunique() > 3 * small["customer_id"].nunique()

@@ -141,10 +141,16 @@ def generate_transactions(
     scenario: Scenario = "none",
     start: datetime = DEFAULT_START,
     contract: DataContract | None = None,
+    population_rows: int | None = None,
 ) -> pd.DataFrame:
-    """Return ``n_rows`` transactions sorted by time, with the contract's columns (bundled contract by default)."""
+    """Return ``n_rows`` transactions sorted by time, with the contract's columns (bundled contract by default).
+
+    The customers and merchants are those of a dataset of ``population_rows`` rows with the same seed
+    (default ``n_rows``): a longer stream of a smaller dataset's population, each customer as active a
+    day as there, is what follows that dataset (the population grows with the rows otherwise).
+    """
     draws = _Draws.of(n_rows, seed=seed, fraud_rate=fraud_rate, days=days, scenario=scenario,
-                      contract=contract or load_contract(BUNDLED_CONTRACT))
+                      contract=contract or load_contract(BUNDLED_CONTRACT), population_rows=population_rows)
     return draws.rows(0, n_rows, start)
 
 
@@ -199,7 +205,7 @@ class _Draws:
 
     @classmethod
     def of(cls, n_rows: int, *, seed: int, fraud_rate: float, days: int, scenario: Scenario,
-           contract: DataContract) -> _Draws:
+           contract: DataContract, population_rows: int | None = None) -> _Draws:
         if scenario not in SCENARIOS:
             raise ValueError(f"unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
         if n_rows < 100:
@@ -210,8 +216,8 @@ class _Draws:
             raise ValueError(f"fraud rate {fraud_rate:g} (after the scenario) must be between 0 and 0.3")
         vocab = _Vocabulary.of(contract)
         rng = np.random.default_rng(seed)
-        n_customers = max(50, n_rows // 25)
-        n_merchants = max(20, n_rows // 150)
+        n_customers = max(50, (population_rows or n_rows) // 25)
+        n_merchants = max(20, (population_rows or n_rows) // 150)
         home = vocab.codes(vocab.home_countries, vocab.countries)
         cust_home = home[rng.choice(len(home), size=n_customers)]
         cust_spend = rng.lognormal(mean=3.6, sigma=0.6, size=n_customers)
