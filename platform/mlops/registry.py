@@ -8,7 +8,7 @@ to production ends it, and so does a rollback. What a version's listing shows (e
 decision) is such a record too: tags are written for people, never read to decide.
 Registry access fails closed: only "this model does not exist" means none; any other failure is
 a RegistryError. Alias moves are compare-and-set and leave an audit record (who, when, from which
-version, why) as a tag on the registered model.
+version, why): a run of its own (:mod:`mlops.registry_audit`), repeated as a tag for the UI.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict
-
 from mlops.errors import (
     ConfigError,
     InputError,
@@ -31,6 +29,7 @@ from mlops.errors import (
     RegistryError,
 )
 from mlops.preflight import local_store_path
+from mlops.registry_audit import AliasChange, read_moves, record_move
 from mlops.registry_client import activate, connect
 from mlops.registry_records import (
     VersionDecision,
@@ -50,24 +49,6 @@ STAGING_ALIAS = "staging"
 CANARY_ALIAS = "canary"
 CANARY_PERCENT_TAG = "canary_percent"
 UNCHECKED = object()  # promote(expected=...) default: move the alias whatever it holds
-_AUDIT_PREFIX = "audit."
-
-
-class AliasChange(BaseModel):
-    """Audit record of one alias move, kept as a tag on the registered model."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    alias: str
-    from_version: str | None
-    to_version: str | None  # None: the alias was removed
-    actor: str
-    reason: str
-    at: datetime
-
-    @property
-    def tag_key(self) -> str:
-        return f"{_AUDIT_PREFIX}{self.at.astimezone(UTC):%Y%m%dT%H%M%S%fZ}.{self.alias}"
 
 
 @dataclass(frozen=True)
@@ -272,7 +253,8 @@ def _set_stage(mlflow_client: MlflowClient, settings: Settings, version: str, st
 
 
 def _audit(mlflow_client: MlflowClient, settings: Settings, change: AliasChange) -> None:
-    mlflow_client.set_registered_model_tag(settings.model_name, change.tag_key, change.model_dump_json())
+    record_move(mlflow_client, settings, change)
+    mlflow_client.set_registered_model_tag(settings.model_name, change.tag_key, change.model_dump_json())  # the UI's
     _describe_history(settings)
 
 
@@ -327,17 +309,18 @@ def start_canary(settings: Settings, version: str, percent: float, *, actor: str
 
 def history(settings: Settings, alias: str | None = None) -> list[AliasChange]:
     """Every recorded alias move (of ``alias`` only, when given), oldest first."""
-    model = _registered_model(settings)
-    if model is None:
-        return []
-    changes = [AliasChange.model_validate_json(value) for key, value in model.tags.items()
-               if key.startswith(_AUDIT_PREFIX)]
-    return sorted((c for c in changes if alias is None or c.alias == alias), key=lambda c: c.at)
+    from mlflow.exceptions import MlflowException
+
+    try:
+        changes = read_moves(client(settings), settings)
+    except MlflowException as exc:
+        raise RegistryError(f"model registry failed reading the alias moves: {exc.message}") from exc
+    return [c for c in changes if alias is None or c.alias == alias]
 
 
 def _describe_history(settings: Settings) -> None:
     """The registered model's description (the first thing its page in the MLflow UI shows) as the
-    audit history in a Markdown table, newest move first; the tags stay the record it is made from."""
+    audit history in a Markdown table, newest move first (mlops.registry_audit keeps the record)."""
     lines = [f"### Alias moves of {settings.model_name}", "",
              "| when (UTC) | alias | from | to | who | why |", "|---|---|---|---|---|---|"]
     for c in reversed(history(settings)):

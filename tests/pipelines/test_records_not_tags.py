@@ -27,7 +27,6 @@ DECIDING = ("pipelines/orchestration", "pipelines/steps", "pipelines/training", 
 ALLOWED = {  # (module, function) that may read a tag, and why
     ("pipelines/training/command.py", "reproduce"),  # display: the original's ONNX hash beside the new one
     ("platform/mlops/registry.py", "ensure_experiment"),  # keeps the UI's saved runs view on the experiment
-    ("platform/mlops/registry.py", "history"),  # the alias audit history is still registered-model tags
 }
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import onnx
 import pytest
+from mlflow_tags import delete_every_tag
 from onnx import TensorProto, helper
 
 from mlops import registry
@@ -296,6 +297,21 @@ def test_a_later_verdict_replaces_the_recorded_decision_and_keeps_its_figures(se
     assert (rows[decided]["decision"], rows[decided]["decision_reason"]) == ("reject", "canary analysis: failing")
     assert rows[decided]["candidate_f1"] == "0.5000"
     assert "decision" not in rows[undecided]
+
+
+def test_rollback_decides_from_the_recorded_moves_with_every_tag_deleted(settings: Settings) -> None:
+    uri, run_id = _logged_model(settings)
+    v1, v2 = (registry.register_version(settings, uri, run_id, {}) for _ in range(2))
+    registry.promote(settings, v1, expected=None, actor="alice", reason="first")
+    registry.promote(settings, v2, expected=v1, actor="bob", reason="better | by far")
+    before = registry.history(settings)
+    assert delete_every_tag(settings) > 0
+    assert registry.history(settings) == before
+    assert [(c.alias, c.from_version, c.to_version, c.actor, c.reason) for c in before] == [
+        ("production", None, v1, "alice", "first"), ("production", v1, v2, "bob", "better | by far")]
+    change = registry.rollback(settings, actor="carol", reason="alert")
+    assert (change.from_version, change.to_version) == (v2, v1)
+    assert registry.alias_version(settings) == v1
 
 
 def test_the_canary_share_is_the_recorded_one_not_the_tag(settings: Settings) -> None:
