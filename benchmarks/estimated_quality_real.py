@@ -7,8 +7,11 @@ The generator's stream of the demo's population (seed 42) is replayed through in
 from the demo's first day, so every feature sees the history the service would have; the rows after
 the demo's data are scored by the production version and cut into windows of 10,000 in time order.
 Per window: the estimate from the probabilities at the served threshold (monitoring.estimated_quality)
-with its 95 % interval, read through the version's score map as the drift job reads it (and, for
-comparison, as served), and the realized value from the generator's labels. Prints, per metric, how
+with its 95 % interval, and the realized value from the generator's labels. Three readings of the
+probabilities: as served; through the reference's score map (the evaluate step's held-out split);
+and as the drift job reads them once labels arrive, through the map the quality job refits on the
+labelled traffic so far (window w through the labels of windows 0 to w-1: labels a window late; the
+first window through the reference's map). Prints, per metric, how
 many windows' realized value lies inside the interval, the mean absolute error and the mean bias.
 """
 
@@ -27,6 +30,7 @@ from mlops.contract import load_contract
 from mlops.data.generator import generate_transactions
 from mlops.feature_replay import replay_features
 from mlops.inference import OnnxModel
+from mlops.score_map import ScoreMap, fit_score_map
 from mlops.settings import Settings
 from monitoring.estimated_quality import METRICS, estimate_quality
 from monitoring.labels import average_precision
@@ -68,12 +72,17 @@ def main() -> None:
     score_map = fetch_profile(settings, settings.model_name, served.version).score_map
     print("score map: " + (f"isotonic over {score_map.rows:,} reference rows, {score_map.positives} positive"
                            if score_map else "none (the profile predates maps: every row read as served)"))
-    for reading, through in (("through the score map", score_map), ("as served", None)):
+    labelled_so_far = [score_map] + [fit_score_map(probabilities[: w * WINDOW], labels[: w * WINDOW]) or score_map
+                                     for w in range(1, windows)]
+    readings: dict[str, list[ScoreMap | None]] = {
+        "as served": [None] * windows, "through the reference's score map": [score_map] * windows,
+        "through the map refitted on the labelled traffic so far": labelled_so_far}
+    for reading, maps in readings.items():
         figures: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in METRICS}
         for window in range(windows):
             part = slice(window * WINDOW, (window + 1) * WINDOW)
             predicted = probabilities[part] >= model.threshold
-            estimate = estimate_quality(probabilities[part], predicted, score_map=through)
+            estimate = estimate_quality(probabilities[part], predicted, score_map=maps[window])
             truth = realized(labels[part], probabilities[part], predicted)
             for name in METRICS:
                 interval = estimate.metric(name)

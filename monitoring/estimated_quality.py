@@ -198,14 +198,14 @@ def _around(expected: float, drawn: np.ndarray) -> Interval:
     return Interval(estimate=expected, low=max(0.0, expected + float(low)), high=min(1.0, expected + float(high)))
 
 
-def reference_estimate(profile: ReferenceProfile) -> QualityEstimate | None:
-    """The estimate on the profiled probabilities at the version's threshold; None when the profile
-    predates the recorded threshold."""
+def reference_estimate(profile: ReferenceProfile, score_map: ScoreMap | None = None) -> QualityEstimate | None:
+    """The estimate on the profiled probabilities at the version's threshold, through ``score_map``
+    (default: the profile's own); None when the profile predates the recorded threshold."""
     if profile.threshold is None:
         return None
     reference = profile.probability
     p = np.asarray(reference.sample or np.repeat(reference.values, reference.counts), dtype="float64")
-    return estimate_quality(p, p >= profile.threshold, score_map=profile.score_map)
+    return estimate_quality(p, p >= profile.threshold, score_map=score_map or profile.score_map)
 
 
 def judge_estimate(estimated: EstimatedQuality, limits: EstimateThresholds,
@@ -233,15 +233,18 @@ def judge_estimate(estimated: EstimatedQuality, limits: EstimateThresholds,
 
 
 def estimate_roles(window: pd.DataFrame, profile: ReferenceProfile, positive: str, limits: EstimateThresholds, *,
-                   model_name: str, model_version: str, unreliable: str | None = None) -> list[EstimatedQuality]:
+                   model_name: str, model_version: str, unreliable: str | None = None,
+                   score_map: ScoreMap | None = None) -> list[EstimatedQuality]:
     """One version's window judged per role (champion, challenger, ...), predicted positive where the
-    logged decision is ``positive``: the decision the served threshold gave."""
-    reference = reference_estimate(profile)
+    logged decision is ``positive``: the decision the served threshold gave. Window and reference are
+    read through the same map: ``score_map`` (refitted on labelled traffic) or else the profile's."""
+    score_map = score_map or profile.score_map
+    reference = reference_estimate(profile, score_map)
     roles = window["role"] if "role" in window else pd.Series("champion", index=window.index)
     judged = []
     for role, rows in window.groupby(roles, sort=True):
         estimate = estimate_quality(rows["probability"].to_numpy(dtype="float64"),
-                                    (rows["decision"] == positive).to_numpy(), score_map=profile.score_map)
+                                    (rows["decision"] == positive).to_numpy(), score_map=score_map)
         estimated = EstimatedQuality(model_name=model_name, model_version=model_version, role=str(role),
                                      estimate=estimate, reference=reference)
         judged.append(judge_estimate(estimated, limits, unreliable))

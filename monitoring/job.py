@@ -60,8 +60,9 @@ def judge(settings: Settings, window: pd.DataFrame, limits: DriftThresholds,
 
 def estimates(settings: MonitoringSettings, contract: DataContract,
               judged: list[tuple[DriftReport, pd.DataFrame]]) -> list[EstimatedQuality]:
-    """The quality each judged version's window is expected to have, per role, against its reference;
-    distrusted where the version's latest calibration check with labels failed."""
+    """The quality each judged version's window is expected to have, per role, against its reference,
+    through the score map of the version's latest calibration check (else its profile's); distrusted
+    where that check failed."""
     limits = EstimateThresholds(drop_warning=settings.estimate_drop_warning,
                                 drop_critical=settings.estimate_drop_critical)
     checks = read_checks(settings.monitoring_dir)
@@ -72,7 +73,8 @@ def estimates(settings: MonitoringSettings, contract: DataContract,
                     if check else None)
         profile = fetch_profile(settings, report.model_name, report.model_version)
         estimated += estimate_roles(window, profile, contract.decisions.positive, limits, model_name=report.model_name,
-                                    model_version=report.model_version, unreliable=distrust)
+                                    model_version=report.model_version, unreliable=distrust,
+                                    score_map=check.score_map if check else None)
     return estimated
 
 

@@ -15,7 +15,7 @@ from mlops.errors import InputError, NotFoundError
 from mlops.prediction_log import log_dir
 from mlops.score_map import ScoreMap
 from monitoring import metrics
-from monitoring.calibration_guard import check_versions, save_checks, unreliable
+from monitoring.calibration_guard import check_versions, read_checks, save_checks, unreliable
 from monitoring.labels import QualityRow, join_labels, quality, read_labels
 from monitoring.references import fetch_profile
 from monitoring.settings import MonitoringSettings
@@ -33,7 +33,10 @@ def run_quality(settings: MonitoringSettings, spec: WindowSpec, bucket: str) -> 
     labelled = join_labels(read_window(log_dir(settings), spec), read_labels(settings.monitoring_dir))
     limit, fewest = settings.calibration_ece_limit, settings.calibration_min_labelled
     versions: list[str] = [] if labelled.empty else labelled["model_version"].astype(str).unique().tolist()
-    maps = {version: _score_map(settings, version) for version in versions}
+    # Estimated as the drift job estimated before these labels: through the latest check's map.
+    checks = read_checks(settings.monitoring_dir)
+    maps = {version: (checks[version].score_map if version in checks else None) or _score_map(settings, version)
+            for version in versions}
     positive = load_contract(settings.contract_path).decisions.positive
     rows = [row.model_copy(update={"unreliable": unreliable(row.ece or 0.0, row.labelled, limit, fewest) or ""})
             for row in quality(labelled, bucket, positive, maps)]

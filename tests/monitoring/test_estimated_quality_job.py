@@ -126,3 +126,48 @@ def test_a_squashed_model_is_flagged_unreliable_once_labels_arrive(
     assert (after[squashed].level, after[squashed].reliable) == ("INFO", False)
     assert after[squashed].note.startswith(f"estimate unreliable: ECE {checks[squashed].ece:.3f} > 0.05")
     assert (after[calibrated].level, after[calibrated].reliable) == ("INFO", True)
+
+
+def test_labelled_traffic_refits_the_map_the_next_estimate_reads_through(
+        settings: MonitoringSettings, reference: ReferenceProfile, traffic: Traffic, live: Traffic,
+        write_log: LogWriter, register_profile: Registrar, contract: DataContract, tmp_path: Path) -> None:
+    """The version serves its scores 1.5 log-odds too low (0.5 served as 0.18), which its reference
+    never saw, so read through the reference's map today's window expects far too few frauds. Three
+    days ago's traffic gets its labels; the quality job's check refits the score map on them, and the
+    next estimate of today's unlabelled window expects the frauds the true probabilities hold, and the
+    recall they give (judged against the truth's expectation: one draw of labels would judge the draw)."""
+    def served(probabilities: np.ndarray) -> np.ndarray:
+        lowered: np.ndarray = 1 / (1 + np.exp(-(np.log(probabilities / (1 - probabilities)) - 1.5)))
+        return lowered
+
+    version = register_profile(settings, reference.model_copy(update={"threshold": THRESHOLD}))
+    log = PredictionLog(log_dir(settings))
+    earlier, today = traffic("none").iloc[: len(traffic("none")) // 2], live("none")
+    true_earlier = np.clip(earlier["probability"].to_numpy(), 1e-6, 1 - 1e-6)
+    write_log(earlier.assign(probability=served(true_earlier)), log, version=version,
+              logged_at=datetime.now(UTC) - timedelta(days=3))
+    true_today = np.clip(today["probability"].to_numpy(), 1e-6, 1 - 1e-6)
+    write_log(today.assign(probability=served(true_today)), log, version=version)
+    frauds = float(true_today.sum())
+    recall = float(true_today[served(true_today) >= THRESHOLD].sum()) / frauds
+
+    (before,) = run_drift(settings, _day()).estimates
+    assert before.estimate.expected_positives < 0.6 * frauds
+    assert before.estimate.recall.low > recall
+
+    labels = tmp_path / "labels.csv"
+    drawn = np.random.default_rng(8).random(len(earlier)) < true_earlier
+    pd.DataFrame({contract.id_column: earlier[contract.id_column],
+                  contract.label_column: drawn.astype(int)}).to_csv(labels, index=False)
+    assert runner.invoke(app, ["labels", "ingest", str(labels)]).exit_code == 0
+    run_quality(settings, WindowSpec(), "1D")
+    check = read_checks(settings.monitoring_dir)[version]
+    assert check.score_map is not None
+    assert check.score_map.rows == len(earlier)
+
+    (after,) = run_drift(settings, _day()).estimates
+    assert abs(after.estimate.expected_positives - frauds) < 0.15 * frauds
+    assert after.estimate.recall.holds(recall)
+    assert after.reference is not None
+    assert before.reference is not None
+    assert after.reference.recall.estimate < before.reference.recall.estimate  # the same map reads both
