@@ -19,11 +19,12 @@ def store_config(settings: Settings) -> dict[str, Any]:
     """feature_store.yaml for ``settings``: state under home, Redis when chosen."""
     template = Template((REPO_PATH / "feature_store.yaml").read_text())
     raw: dict[str, Any] = yaml.safe_load(template.substitute(FEAST_DIR=str(settings.feast_dir)))
-    if settings.online_store == "redis" and settings.redis_url is not None:
+    redis_url = settings.resolved_redis_url
+    if settings.online_store == "redis" and redis_url is not None:
         # skip_dedup: Feast would drop a write whose newest event time is not newer than the stored one
         # (an older event appended, two events in one microsecond); the histories are merged already.
         raw["online_store"] = {"type": "redis", "skip_dedup": True,
-                               "connection_string": redis_connection_string(settings.redis_url.get_secret_value())}
+                               "connection_string": redis_connection_string(redis_url)}
     return raw
 
 

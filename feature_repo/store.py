@@ -67,10 +67,11 @@ def materialize_online(settings: Settings, contract: DataContract, end: datetime
 
 def open_feast_online(settings: Settings, contract: DataContract) -> OnlineFeatures:
     """The service's online features in Redis, through Feast, with the entities' locks in Redis."""
-    if settings.redis_url is None:  # the settings refuse redis without a URL; narrows the type
+    redis_url = settings.resolved_redis_url
+    if redis_url is None:  # the settings refuse redis without a URL; narrows the type
         raise ConfigError("MLOPS_ONLINE_STORE=redis needs MLOPS_REDIS_URL", field="redis_url")
     store = open_store(settings)
-    locks = RedisEntityLocks(settings.redis_url.get_secret_value(), f"mlops:{store.project}")
+    locks = RedisEntityLocks(redis_url, f"mlops:{store.project}")
     return OnlineFeatures(FeastOnlineRows(store, locks), contract)
 
 

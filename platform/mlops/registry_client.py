@@ -5,7 +5,10 @@ state. Two things are process-wide all the same: MLflow reads its HTTP retry and
 from the environment on every request (it has no API for them), so they are written once, when the
 Registry is built; and MLflow's fluent API (start_run, log_*, register_model) reads the global
 tracking URI, which :func:`activate` sets once for the code that logs that way (training,
-evaluation, the drift job). Credentials stay MLflow's own variables (MLFLOW_TRACKING_TOKEN, ...).
+evaluation, the drift job). Credentials for an MLflow server with authentication come from the
+settings (MLOPS_TRACKING_USERNAME with MLOPS_TRACKING_PASSWORD or MLOPS_TRACKING_PASSWORD_FILE) and
+are handed to MLflow as its own MLFLOW_TRACKING_USERNAME/PASSWORD, in this process's environment
+only (never a command line); MLflow's other variables (MLFLOW_TRACKING_TOKEN, ...) still work.
 """
 
 from __future__ import annotations
@@ -64,6 +67,9 @@ def connect(settings: Settings) -> Registry:
     check_home_location(settings)  # a copied home would read the original's artifacts
     settings.resolved_home.mkdir(parents=True, exist_ok=True)
     tracking_uri = settings.resolved_tracking_uri
+    credentials = settings.tracking_credentials
+    if credentials is not None:  # MLflow reads them from the environment on every request
+        os.environ["MLFLOW_TRACKING_USERNAME"], os.environ["MLFLOW_TRACKING_PASSWORD"] = credentials
     key = (tracking_uri, settings.registry_uri or tracking_uri, settings.tracking_http_retries,
            settings.tracking_http_timeout_s)
     built = _built.get(key)

@@ -27,7 +27,7 @@ import json
 import os
 from pathlib import Path
 from typing import Any, Literal, Self
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import yaml
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -113,6 +113,13 @@ class Settings(BaseSettings):
     online_store: Literal["sqlite", "redis"] = Field(
         default="sqlite", description="Feast's online store: embedded SQLite under home, or Redis at redis_url.")
     redis_url: SecretStr | None = Field(default=None, description="redis://[:password@]host:port/db")
+    redis_password_file: Path | None = Field(
+        default=None, description="File holding Redis' password when redis_url carries none (relative: under home).")
+    # An MLflow server with authentication (MLflow's basic-auth app): what the platform's clients send.
+    tracking_username: str | None = Field(default=None, description="User of an MLflow server that needs one.")
+    tracking_password: SecretStr | None = Field(default=None, description="That user's password.")
+    tracking_password_file: Path | None = Field(
+        default=None, description="File holding that password instead (relative: under home).")
     feature_engine: str = Field(
         default="duckdb", description="The feature engine (backfill, latest state, batch scoring) by its registered "
         "name: duckdb (embedded) or spark (Apache Spark); see mlops.backfill.interface.")
@@ -189,6 +196,46 @@ class Settings(BaseSettings):
         if self.tracking_uri:
             return self.tracking_uri
         return f"sqlite:///{self.resolved_home / 'mlflow.db'}"
+
+    @property
+    def tracking_credentials(self) -> tuple[str, str] | None:
+        """(user, password) for the MLflow server; None without a user; ConfigError without a password."""
+        if not self.tracking_username:
+            return None
+        if self.tracking_password is not None:
+            return self.tracking_username, self.tracking_password.get_secret_value()
+        if self.tracking_password_file is None:
+            raise ConfigError("MLOPS_TRACKING_USERNAME is set without MLOPS_TRACKING_PASSWORD or "
+                              "MLOPS_TRACKING_PASSWORD_FILE", field="tracking_password")
+        return self.tracking_username, self._secret_file(self.tracking_password_file, "tracking_password_file")
+
+    @property
+    def resolved_redis_url(self) -> str | None:
+        """redis_url, with the password of redis_password_file put in when the URL carries none."""
+        if self.redis_url is None:
+            return None
+        url = self.redis_url.get_secret_value()
+        parts = urlsplit(url)
+        if parts.password or self.redis_password_file is None:
+            return url
+        password = self._secret_file(self.redis_password_file, "redis_password_file")
+        if "," in password:
+            raise ConfigError("a Redis password with a comma cannot reach Feast's connection string",
+                              field="redis_password_file")
+        user = quote(unquote(parts.username or ""), safe="")
+        return urlunsplit(parts._replace(netloc=f"{user}:{quote(password, safe='')}@{parts.netloc}"))
+
+    def _secret_file(self, path: Path, field: str) -> str:
+        """The secret kept in ``path`` (relative: under home); ConfigError naming the setting when it is not there."""
+        resolved = path if path.is_absolute() else self.resolved_home / path
+        try:
+            secret = resolved.read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"MLOPS_{field.upper()}: cannot read {resolved} ({exc.strerror}); the native stack "
+                              "writes it when it starts (make stack)", field=field) from exc
+        if not secret:
+            raise ConfigError(f"MLOPS_{field.upper()}: {resolved} is empty", field=field)
+        return secret
 
     @property
     def artifact_root(self) -> Path:

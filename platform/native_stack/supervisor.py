@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from mlops.errors import StackError
+from native_stack import credentials
 from native_stack import processes as procs
 from native_stack.config import prometheus_config, server_binary
 from native_stack.settings import StackSettings
@@ -193,20 +194,22 @@ def _launch(stack: Stack, name: str) -> tuple[procs.ProcessRecord, Callable[[], 
         return _postgres(stack)
     root, url = stack.root, f"http://127.0.0.1:{port}"
     if name == "mlflow":
-        # The password reaches the server through its environment, never a command line. Server-side
+        # Passwords reach the server through its environment and the auth app's 0600 config file,
+        # never a command line. The basic-auth app answers 401 without the admin's password. Server-side
         # jobs (GenAI features) are not used: no job runner process.
         env = _service_env(stack, MLFLOW_BACKEND_STORE_URI=backend_store_uri(stack),
-                           MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+                           MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false",
+                           MLFLOW_AUTH_CONFIG_PATH=str(credentials.mlflow_auth_config(stack.settings, root)),
+                           MLFLOW_FLASK_SERVER_SECRET_KEY=secrets.token_urlsafe(32))
         record = procs.start(name, [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1",
-                                    "--port", str(port), "--workers", "1", "--serve-artifacts",
-                                    "--artifacts-destination", str(root / "mlflow" / "artifacts")],
+                                    "--port", str(port), "--workers", "1", "--app-name", "basic-auth",
+                                    "--serve-artifacts", "--artifacts-destination", str(root / "mlflow" / "artifacts")],
                              stack.log(name), env=env)
         check = f"{url}/health"
     elif name == "redis":
-        (root / "redis").mkdir(parents=True, exist_ok=True)
-        record = procs.start(name, [server_binary("redis-server"), "--bind", "127.0.0.1", "--port", str(port),
-                                    "--dir", str(root / "redis"), "--appendonly", "yes", "--save", "",
-                                    "--daemonize", "no"], stack.log(name))
+        # requirepass from its 0600 config file, never a command line.
+        config = credentials.redis_config(stack.settings, root, port)
+        record = procs.start(name, [server_binary("redis-server"), str(config)], stack.log(name))
         return record, lambda: procs.accepts(port)
     elif name == "pushgateway":
         (root / "pushgateway").mkdir(parents=True, exist_ok=True)
@@ -216,7 +219,7 @@ def _launch(stack: Stack, name: str) -> tuple[procs.ProcessRecord, Callable[[], 
         check = f"{url}/-/ready"
     elif name == "serving":
         record = procs.start(name, [sys.executable, "-m", "mlops_cli", "serve"], stack.log(name),
-                             env=_service_env(stack))
+                             env=_service_env(stack, **credentials.client_env(stack.settings)))
         check = f"{url}/v2/health/live"  # ready only once a pipeline run has promoted a model
     else:
         config = root / "prometheus" / "prometheus.yml"

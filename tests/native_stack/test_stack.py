@@ -132,6 +132,37 @@ def test_stack_is_configured_by_the_profile(running: RunningStack) -> None:
         supervisor.up(settings)
 
 
+def test_every_server_of_the_stack_wants_its_password(running: RunningStack) -> None:
+    """MLflow (basic-auth app) answers 401 without the admin's password, Redis refuses a client without its
+    password; the generated secrets are kept 0600 and no process on this machine has one in its command line."""
+    settings, stack = running.settings, running.stack
+    search = f"{settings.resolved_tracking_uri}/api/2.0/mlflow/registered-models/search"
+    assert httpx.get(search, timeout=10).status_code == 401
+    assert httpx.get(search, auth=("admin", "not-the-password"), timeout=10).status_code == 401
+    credentials = settings.tracking_credentials
+    assert credentials is not None
+    assert httpx.get(search, auth=credentials, timeout=10).status_code == 200
+    assert httpx.get(f"{settings.resolved_tracking_uri}/health", timeout=10).status_code == 200  # probes need none
+
+    port = stack.ports["redis"]
+    for password in (None, "not-the-password"):
+        with pytest.raises(redis.AuthenticationError):
+            redis.Redis(host="127.0.0.1", port=port, password=password, socket_timeout=5).ping()
+    assert redis.Redis.from_url(settings.resolved_redis_url or "", socket_timeout=5).ping()
+
+    kept = [stack.root / "mlflow" / "admin.password", stack.root / "mlflow" / "basic_auth.ini",
+            stack.root / "redis" / "redis.password", stack.root / "redis" / "redis.conf"]
+    assert {path.name: oct(path.stat().st_mode & 0o777) for path in kept} == {path.name: "0o600" for path in kept}
+    secrets = [credentials[1], (stack.root / "redis" / "redis.password").read_text().strip(),
+               supervisor.backend_store_uri(stack).split(":")[2].split("@")[0]]
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().decode(errors="replace")
+        except OSError:  # the process ended
+            continue
+        assert not [s for s in secrets if s in argv], f"a password in the command line of {cmdline.parent.name}"
+
+
 def _keys(client: redis.Redis) -> int:
     return cast(int, client.dbsize())
 
@@ -157,7 +188,7 @@ def test_pipeline_on_the_stack_promotes_and_the_service_serves_it(running: Runni
 
     written = materialize_online(settings, contract, replay_start(running.data, contract))
     assert sum(written.values()) > 0
-    online = redis.Redis.from_url(settings.redis_url.get_secret_value() if settings.redis_url else "")
+    online = redis.Redis.from_url(settings.resolved_redis_url or "")
     assert _keys(online) > 0
     assert not (settings.feast_dir / "online.db").exists()
 

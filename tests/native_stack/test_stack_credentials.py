@@ -1,0 +1,89 @@
+"""The stack's passwords without starting a server (fast): generated once into 0600 files, found by
+the clients through the profile, put into Redis' URL and MLflow's variables, never guessed."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from mlops.errors import ConfigError, StackError
+from mlops.registry_client import connect
+from mlops.settings import Settings
+from native_stack import credentials
+from native_stack.settings import StackSettings
+
+
+@pytest.fixture
+def stack_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
+    for name in ("MLOPS_TRACKING_URI", "MLOPS_ONLINE_STORE", "MLOPS_REDIS_URL", "MLOPS_TRACKING_USERNAME",
+                 "MLOPS_TRACKING_PASSWORD", "MLOPS_TRACKING_PASSWORD_FILE", "MLOPS_REDIS_PASSWORD_FILE",
+                 "MLOPS_SETTINGS_JSON", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
+        monkeypatch.setenv(name, "")  # recorded, so what connect() writes is undone after the test
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("MLOPS_PROFILE", "stack")
+    monkeypatch.setenv("MLOPS_HOME", str(tmp_path / "home"))
+    return monkeypatch
+
+
+def test_the_stack_makes_its_passwords_once_and_the_clients_find_them(stack_env: pytest.MonkeyPatch) -> None:
+    settings = StackSettings()
+    with pytest.raises(ConfigError, match=r"MLOPS_TRACKING_PASSWORD_FILE: cannot read .*make stack"):
+        _ = settings.tracking_credentials  # before the stack ever started: one clear line, no guess
+    root = settings.resolved_home / "stack"
+    ini = credentials.mlflow_auth_config(settings, root)
+    conf = credentials.redis_config(settings, root, 6379)
+    admin = root / "mlflow" / "admin.password"
+    redis_password = (root / "redis" / "redis.password").read_text()
+    for path in (ini, conf, admin, root / "redis" / "redis.password"):
+        assert path.stat().st_mode & 0o777 == 0o600, path
+    assert settings.tracking_credentials == ("admin", admin.read_text())
+    assert f"admin_password = {admin.read_text()}" in ini.read_text()
+    assert f'requirepass "{redis_password}"' in conf.read_text()
+    assert settings.resolved_redis_url == f"redis://:{redis_password}@127.0.0.1:6379/0"
+    # Made once: a restart keeps both.
+    credentials.mlflow_auth_config(settings, root)
+    credentials.redis_config(settings, root, 6379)
+    assert (admin.read_text(), (root / "redis" / "redis.password").read_text()) == (
+        settings.tracking_credentials[1], redis_password)  # type: ignore[index]
+    # The service the stack starts is told where they are, not what they are.
+    env = credentials.client_env(settings)
+    assert env == {"MLOPS_TRACKING_USERNAME": "admin", "MLOPS_TRACKING_PASSWORD_FILE": str(admin),
+                   "MLOPS_REDIS_PASSWORD_FILE": str(root / "redis" / "redis.password")}
+    # The platform's MLflow client sends them (MLflow's own variables, this process only).
+    connect(settings.model_copy(update={"tracking_uri": "http://127.0.0.1:1"}))
+    assert (os.environ["MLFLOW_TRACKING_USERNAME"], os.environ["MLFLOW_TRACKING_PASSWORD"]) == (
+        "admin", admin.read_text())
+
+
+def test_a_lost_admin_password_beside_mlflows_users_stops_the_start(stack_env: pytest.MonkeyPatch) -> None:
+    settings = StackSettings()
+    root = settings.resolved_home / "stack"
+    credentials.auth_database(root).parent.mkdir(parents=True)
+    credentials.auth_database(root).touch()
+    with pytest.raises(StackError, match="admin's password\\) is gone"):
+        credentials.mlflow_auth_config(settings, root)
+
+
+def test_passwords_given_in_the_environment_win_and_are_never_written(stack_env: pytest.MonkeyPatch) -> None:
+    stack_env.setenv("MLOPS_TRACKING_PASSWORD", "given-pw")
+    stack_env.setenv("MLOPS_REDIS_URL", "redis://:given%2Fredis@127.0.0.1:6379/0")
+    settings = StackSettings()
+    root = settings.resolved_home / "stack"
+    credentials.mlflow_auth_config(settings, root)
+    conf = credentials.redis_config(settings, root, 6379)
+    assert settings.tracking_credentials == ("admin", "given-pw")
+    assert 'requirepass "given/redis"' in conf.read_text()
+    assert not (root / "mlflow" / "admin.password").exists()
+    assert not (root / "redis" / "redis.password").exists()
+    assert credentials.client_env(settings) == {"MLOPS_TRACKING_USERNAME": "admin"}
+
+
+def test_a_user_without_a_password_is_refused_by_name(stack_env: pytest.MonkeyPatch) -> None:
+    stack_env.delenv("MLOPS_PROFILE")
+    stack_env.setenv("MLOPS_TRACKING_USERNAME", "alice")
+    with pytest.raises(ConfigError, match="MLOPS_TRACKING_USERNAME is set without"):
+        _ = Settings().tracking_credentials
+    stack_env.delenv("MLOPS_TRACKING_USERNAME")
+    assert Settings().tracking_credentials is None
