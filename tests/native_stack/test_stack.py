@@ -343,3 +343,14 @@ def _first_answer(replica: subprocess.Popen[bytes], url: str, body: dict[str, ob
             pass
         time.sleep(0.1)
     raise AssertionError("the replica was not ready within 120 s")
+
+
+def test_the_jobs_work_against_the_authenticated_registry(running: RunningStack, promoted: str) -> None:
+    """The scheduled canary job and the registry listing, as their own processes, with the settings' credentials."""
+    for argv, expected in ((["model", "canary", "judge", "--if-running"], "nothing to judge"),
+                           (["model", "list"], promoted)):
+        done = subprocess.run([sys.executable, "-m", "mlops_cli", *argv], capture_output=True, text=True,
+                              timeout=300, check=False)
+        assert done.returncode == 0, done.stderr
+        assert expected in done.stdout, done.stdout
+        assert "401" not in done.stdout + done.stderr
