@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mlops.contract import DataContract, FeatureSpec, FeatureViewSpec, load_contract
+from mlops.contract import DataContract, Decisions, FeatureSpec, FeatureViewSpec, load_contract
 from mlops.errors import ConfigError
 from mlops.settings import BUNDLED_CONTRACT
 
@@ -35,6 +35,13 @@ def test_bundled_contract_loads(contract: DataContract) -> None:
     # A history keeps the longest aggregating window; seconds_since_previous needs only the previous event.
     assert [v.history_horizon.days for v in contract.feature_views] == [7, 7]
     assert contract.feature_views[0].value_columns == ["amount"]
+
+
+def test_the_decision_is_positive_at_and_above_the_threshold() -> None:
+    # The one rule every scorer answers with (serving, the prediction log, batch scoring).
+    named = Decisions(positive="fraud", negative="legit")
+    assert [named.of(p, 0.5) for p in (0.4999, 0.5, 0.5001, 1.0, 0.0)] == ["legit", "fraud", "fraud", "fraud", "legit"]
+    assert [Decisions().of(p, 0.0) for p in (-0.1, 0.0)] == ["negative", "positive"]
 
 
 def test_window_delta_parses_units(contract: DataContract) -> None:
@@ -86,10 +93,10 @@ def test_request_fields_are_the_raw_inputs_without_the_label(contract: DataContr
 
 
 def test_unknown_column_lookup_raises_key_error(contract: DataContract) -> None:
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match="nope"):
         contract.column("nope")
-    with pytest.raises(KeyError):
-        contract.entity("nope")
+    with pytest.raises(KeyError, match="nowhere"):
+        contract.entity("nowhere")
 
 
 def _write(tmp_path: Path, data: dict[str, Any]) -> Path:
@@ -217,6 +224,8 @@ def test_contract_is_frozen(contract: DataContract) -> None:
          r"listed as both true and false: \['yes'\]"),
         # A bare YAML true is a boolean, not a spelling: the contract must quote it.
         (lambda raw: raw["columns"][8].update({"true_values": [True]}), "Input should be a valid string"),
+        (lambda raw: raw.update({"behaviour": {"invariant": ["transaction_id", "card_pin"]}}),
+         r"behaviour.invariant names undeclared columns: \['card_pin'\]"),
     ],
 )
 def test_inconsistent_contracts_are_rejected(
