@@ -1,13 +1,13 @@
 """Retraining on the freshest data: the drifted window's labelled predictions, written back as raw
 transactions of the contract, and the training pipeline started on them in the background
-(``mlops pipeline run`` embedded, ``mlops pipeline submit`` when MLOPS_KFP_HOST names a cluster).
+(``mlops pipeline run`` embedded, ``mlops pipeline submit`` when MLOPS_KFP_HOST names a cluster),
+through the core's declared PipelineTrigger: monitoring may not import pipelines (mlops.triggers).
 The pipeline's own evaluate step decides whether the new model beats production by the margin.
 """
 
 from __future__ import annotations
 
 import subprocess
-import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -16,6 +16,7 @@ import pandas as pd
 
 from mlops.contract import DataContract
 from mlops.settings import Settings
+from mlops.triggers import PipelineTrigger, start
 from monitoring.labels import ID, LABEL, join_labels, read_labels
 
 
@@ -47,11 +48,8 @@ def start_retraining(settings: Settings, contract: DataContract, window: pd.Data
     stamp = f"{now:%Y%m%dT%H%M%S%f}"
     path = folder / f"window-{stamp}.parquet"
     data.to_parquet(path, index=False)
-    command = "submit" if settings.kfp_host else "run"
+    trigger = PipelineTrigger(data=path, run_name=f"drift-retraining-{stamp}", submit=bool(settings.kfp_host))
     log_path = folder / f"pipeline-{stamp}.log"
     with log_path.open("w") as output:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "mlops_cli", "pipeline", command, str(path),
-             "--run-name", f"drift-retraining-{stamp}"],
-            stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+        process = start(trigger, output, new_session=True)
     return RetrainingStart(data=path, rows=len(data), log=log_path, process=process)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -23,6 +22,7 @@ from mlops.contract import DataContract, load_contract
 from mlops.data.examples import example_generator
 from mlops.errors import MLOpsError
 from mlops.settings import Settings
+from mlops.triggers import ServeTrigger, start
 from pipelines.demo_replay import pick_samples, replay, summary_line, with_outcomes
 from pipelines.orchestration.environment import settings_env
 from pipelines.orchestration.runner import new_run_name, run_log_path, run_pipeline
@@ -53,10 +53,10 @@ def replay_start(frame: pd.DataFrame, contract: DataContract) -> datetime:
 
 
 def start_service(settings: Settings, port: int, log_path: Path) -> subprocess.Popen[bytes]:
+    """``mlops serve`` through the core's declared trigger: pipelines may not import serving."""
     env = {**os.environ, **settings_env(settings), "MLOPS_PORT": str(port)}
     with log_path.open("wb") as log_file:  # the child keeps its own descriptor
-        return subprocess.Popen([sys.executable, "-m", "mlops_cli", "serve"], env=env,
-                                stdout=log_file, stderr=subprocess.STDOUT)
+        return start(ServeTrigger(), log_file, env=env)
 
 
 def wait_ready(base_url: str, process: subprocess.Popen[bytes], log_path: Path) -> dict[str, object]:
