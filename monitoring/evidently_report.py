@@ -72,6 +72,8 @@ def evidently_snapshot(report: DriftReport, profile: ReferenceProfile, window: p
     for column in columns:
         if column not in profile.categorical:
             current[column] = pd.to_numeric(current[column], errors="coerce")
+        elif isinstance(current[column].dtype, pd.ArrowDtype):  # Evidently reads categories as objects
+            current[column] = current[column].astype(object)
     with warnings.catch_warnings():
         # scipy warns dividing by a zero expected count (a category the reference never saw).
         warnings.simplefilter("ignore", RuntimeWarning)

@@ -29,6 +29,8 @@ from monitoring.settings import MonitoringSettings
 from monitoring.window import WindowSpec, read_window
 
 log = logging.getLogger(__name__)
+# Evidently's HTML panels take a minute and gigabytes at a million rows: drawn from a sample beyond this.
+REPORT_MAX_ROWS = 100_000
 # Retraining runs started by this process (their Popen objects must outlive the job's call).
 _RUNNING: list[RetrainingStart] = []
 
@@ -98,9 +100,13 @@ def _report_html(settings: Settings, report: DriftReport, window: pd.DataFrame, 
                  limits: DriftThresholds, estimated: list[EstimatedQuality]) -> str:
     profile = fetch_profile(settings, report.model_name, report.model_version)
     path = settings.monitoring_dir / "reports" / f"drift-{now:%Y%m%dT%H%M%S}-v{report.model_version}.html"
-    render_html(evidently_snapshot(report, profile, window), path)
+    shown = window if len(window) <= REPORT_MAX_ROWS else window.sample(REPORT_MAX_ROWS, random_state=0)
+    render_html(evidently_snapshot(report, profile, shown), path)
     ours = [e for e in estimated if e.model_version == report.model_version]
     top = summary_html(report, limits) + estimate_html(ours)
+    if len(shown) < len(window):
+        top += (f"<p>Evidently's panels below are drawn from a seeded sample of {len(shown):,} of the window's "
+                f"{len(window):,} predictions; the levels above judge all of them.</p>")
     path.write_text(prepend_summary(path.read_text(encoding="utf-8"), top), encoding="utf-8")
     return str(path)
 
@@ -134,7 +140,7 @@ def run_drift(settings: MonitoringSettings, spec: WindowSpec, *, limits: DriftTh
     now = now or datetime.now(UTC)
     limits = limits or thresholds(settings)
     contract = load_contract(settings.contract_path)
-    window = read_window(log_dir(settings), spec)
+    window = read_window(log_dir(settings), spec, arrow_strings=True)
     if window.empty:
         raise EmptyWindowError(f"no predictions logged in {spec.describe()} ({log_dir(settings)}); "
                                "send some: `make demo` replays the test split, or `make serve` and POST "

@@ -33,9 +33,11 @@ class WindowSpec:
         return " ".join(p for p in parts if p) or "the whole log"
 
 
-def read_window(directory: Path, spec: WindowSpec) -> pd.DataFrame:
-    """The window's predictions, oldest first; an empty frame when nothing was logged in it."""
-    frame = (read_prediction_frame(directory, start=spec.start, end=spec.end) if directory.exists()
+def read_window(directory: Path, spec: WindowSpec, *, arrow_strings: bool = False) -> pd.DataFrame:
+    """The window's predictions, oldest first; an empty frame when nothing was logged in it.
+    ``arrow_strings``: text kept in Arrow's buffers (:func:`mlops.prediction_frame.read_prediction_frame`)."""
+    frame = (read_prediction_frame(directory, start=spec.start, end=spec.end, arrow_strings=arrow_strings)
+             if directory.exists()
              else pd.DataFrame(columns=list(BASE_COLUMNS)))
     if spec.last is not None:
         frame = frame.tail(spec.last)

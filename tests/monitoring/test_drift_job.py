@@ -246,3 +246,37 @@ def test_drift_run_prints_its_own_lines_with_one_version_prefix_and_the_report_e
     assert "only when its shift is large" in top
     assert "and its test is significant" in top
     assert "Next: the CRITICAL features changed for real" in top
+
+
+def test_evidently_draws_a_sample_of_a_large_window_and_the_levels_judge_every_row(
+        settings: MonitoringSettings, reference: ReferenceProfile, live: Traffic, write_log: LogWriter,
+        register_profile: Registrar, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past REPORT_MAX_ROWS (100,000; 1,000 here) Evidently's panels come from a seeded sample and the
+    report says so; the verdict, the scores and the estimate still count the whole window."""
+    from monitoring import job
+
+    monkeypatch.setattr(job, "REPORT_MAX_ROWS", 1_000)
+    version = register_profile(settings, reference)
+    window = live("amount_inflation")
+    write_log(window, PredictionLog(log_dir(settings)), version=version)
+    record = run_drift(settings, WindowSpec(start=datetime.now(UTC) - timedelta(days=1)))
+    assert record.rows == len(window) > 1_000
+    assert record.level == "CRITICAL"
+    assert record.estimates[0].estimate.rows == len(window)
+    html = " ".join(Path(record.report_paths[0]).read_text().split())
+    assert f"seeded sample of 1,000 of the window's {len(window):,} predictions" in html
+
+
+def test_the_job_reads_text_in_arrow_buffers_with_the_same_values(
+        settings: MonitoringSettings, live: Traffic, write_log: LogWriter) -> None:
+    from monitoring.window import read_window
+
+    write_log(live("none").head(300), PredictionLog(log_dir(settings)))
+    objects = read_window(log_dir(settings), WindowSpec())
+    arrow = read_window(log_dir(settings), WindowSpec(), arrow_strings=True)
+    assert isinstance(arrow["country"].dtype, pd.ArrowDtype)
+    assert isinstance(arrow["unknown_categories"].dtype, pd.ArrowDtype)
+    assert arrow["probability"].dtype == objects["probability"].dtype == "float64"
+    for column in ("event_id", "country", "model_version", "decision", "customer_id"):
+        assert arrow[column].tolist() == objects[column].tolist()
+    assert [list(v) for v in arrow["unknown_categories"]] == [list(v) for v in objects["unknown_categories"]]
