@@ -40,6 +40,7 @@ from feature_repo.store import materialize_online
 from mlops import registry
 from mlops.contract import DataContract, load_contract
 from mlops.data.generator import DEFAULT_START, generate_transactions
+from mlops.triggers import command_path
 from pipelines.demo import free_port, start_service, wait_ready
 from pipelines.demo_replay import request_body
 from pipelines.settings import PipelineSettings
@@ -51,7 +52,7 @@ PICTURES = ("drift", "quality", "canary")
 
 def mlops(*args: str) -> subprocess.CompletedProcess[str]:
     """One `mlops` command as its own process, as a schedule runs it; its output echoed."""
-    done = subprocess.run([sys.executable, "-m", "mlops_cli", *args], capture_output=True, text=True, check=False,
+    done = subprocess.run([str(command_path()), *args], capture_output=True, text=True, check=False,
                           cwd=ROOT)
     lines = (done.stdout + done.stderr).strip().splitlines()
     print(f"$ mlops {' '.join(args)} -> exit {done.returncode}", *(f"    {line}" for line in lines[-8:]),
