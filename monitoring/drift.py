@@ -118,8 +118,10 @@ def _numeric_drift(name: str, profile: NumericProfile, values: np.ndarray, limit
         return FeatureDrift(feature=name, kind="discrete" if kind != "prediction" else kind, rows=values.size,
                             psi=psi, test="chisquare", p_value=p_value, score=psi,
                             level=limits.level(psi, limits.psi_warning, limits.psi_critical))
-    psi = stats.psi_binned(profile.edges, profile.bin_counts, values)
-    p_value = stats.ks_p(np.asarray(profile.sample), values)
+    ordered = np.sort(values)  # one sort serves the bin counts and the KS statistic
+    psi = stats.psi_from_counts(np.asarray(profile.bin_counts, dtype="float64"),
+                                stats.binned_sorted(profile.edges, ordered).astype("float64"))
+    p_value = stats.ks_p_sorted(np.asarray(profile.sample, dtype="float64"), ordered)
     return FeatureDrift(feature=name, kind=kind, rows=values.size, psi=psi, test="ks", p_value=p_value,
                         test_drift=p_value < limits.p_value, score=psi,
                         level=limits.level(psi, limits.psi_warning, limits.psi_critical))
@@ -164,7 +166,8 @@ def compute_drift(window: pd.DataFrame, profile: ReferenceProfile, limits: Drift
         if name not in window:
             features.append(_absent(name, kind, "column absent from the window"))
             continue
-        values = pd.to_numeric(window[name], errors="coerce").dropna().to_numpy(dtype="float64")
+        column = pd.to_numeric(window[name], errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+        values = column[~np.isnan(column)]  # numpy's mask: pandas' dropna took a third of the run
         if values.size == 0:
             features.append(_absent(name, kind, "no values in the window (all null)"))
             continue
