@@ -31,7 +31,7 @@ from pipelines.orchestration.declaration import STEPS, Step
 from pipelines.orchestration.environment import environment, record_env
 from pipelines.orchestration.kfp_pipeline import COMPILED_PIPELINE
 from pipelines.orchestration.progress import ANSI_ESCAPE, StepReport, captured_run_output, key_figure
-from pipelines.orchestration.records import EvaluateRecord, IngestRecord
+from pipelines.orchestration.records import DeployRecord, EvaluateRecord, IngestRecord
 from pipelines.orchestration.run_records import RunRecords
 from pipelines.settings import PipelineSettings
 
@@ -49,6 +49,7 @@ class PipelineOutcome:
     decision: str
     version: str | None
     production_version: str | None
+    rollout: str = ""  # deploy's own line (a canary and its next step, or what now serves); empty when not run
 
 
 def new_run_name(settings: Settings) -> str:
@@ -174,5 +175,7 @@ def read_outcome(settings: Settings, run_name: str) -> PipelineOutcome:
     evaluated = records.record("evaluate", EvaluateRecord)
     if evaluated is None:
         raise PipelineError(f"pipeline finished but left no evaluate record under {records.folder}")
+    deployed = records.record("deploy", DeployRecord)
     return PipelineOutcome(run_name=run_name, run_id=evaluated.run_id, decision=evaluated.decision,
-                           version=evaluated.version, production_version=registry.alias_version(settings))
+                           version=evaluated.version, production_version=registry.alias_version(settings),
+                           rollout=deployed.line if deployed is not None and deployed.promoted else "")

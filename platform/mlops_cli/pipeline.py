@@ -99,9 +99,10 @@ def _run_locked(source: str, settings: PipelineSettings, run_name: str, verbose:
                                runner="inline" if runner == "inline" else "kfp")
     except MLOpsError as exc:
         _fail(exc, see=logs)
+    # A canary keeps production where it was: the line says so, and what to run next.
+    served = outcome.rollout or f"serving alias -> version {outcome.production_version}"
     console.print(f"done in {time.monotonic() - started:.0f} s: MLflow run {outcome.run_id}, "
-                  f"registered version {outcome.version}, "
-                  f"decision [bold]{outcome.decision}[/]; serving alias -> version {outcome.production_version}",
+                  f"registered version {outcome.version}, decision [bold]{outcome.decision}[/]; {served}",
                   highlight=False)
 
 

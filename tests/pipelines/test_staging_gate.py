@@ -10,10 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 from mlops import registry
 from mlops.data.generator import generate_transactions
-from pipelines.orchestration.runner import run_pipeline
+from mlops_cli.app import app
+from pipelines.orchestration.runner import read_outcome, run_pipeline
 from pipelines.settings import PipelineSettings
 
 
@@ -29,13 +31,18 @@ def test_same_data_and_shuffled_label_candidates_never_leave_staging(
     labels = np.random.default_rng(3).permutation(data["is_fraud"].to_numpy())
     data.assign(is_fraud=labels).to_parquet(shuffled, index=False)
 
-    first = run_pipeline(str(same), settings, run_name="first", runner="inline")
+    shown = CliRunner().invoke(app, ["pipeline", "run", str(same), "--runner", "inline", "--run-name", "first"])
+    assert shown.exit_code == 0, shown.output
+    closing = " ".join(shown.output.split()[-20:])
+    assert "decision promote; version 1 now serves (the first version: no production model for a canary)" in closing
+    first = read_outcome(settings, "first")
     assert (first.decision, first.version, first.production_version) == ("promote", "1", "1")
     moves = len(registry.history(settings))
 
     for name, source in (("same-data", same), ("shuffled-labels", shuffled)):
         outcome = run_pipeline(str(source), settings, run_name=name, runner="inline")
         assert outcome.decision == "reject", (name, outcome)
+        assert outcome.rollout == ""  # deploy rolled nothing out: the closing line names the serving alias
         assert outcome.production_version == "1"
         assert registry.alias_version(settings, registry.STAGING_ALIAS) is None
         assert registry.canary(settings) is None
