@@ -12,9 +12,10 @@ canary's window since it started and, when asked, acts on the verdict with its f
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Literal
 
 import numpy as np
@@ -26,6 +27,7 @@ from mlops import registry
 from mlops.contract import load_contract
 from mlops.errors import InputError
 from mlops.prediction_log import log_dir
+from mlops.registry_audit import VerdictRecord, record_verdict
 from mlops.registry_records import canary_started, revise_decision
 from monitoring import metrics
 from monitoring.labels import LABEL, average_precision, join_labels, read_labels
@@ -36,6 +38,7 @@ from monitoring.window import WindowSpec, read_window
 CANARY, CHAMPION = "canary", "champion"
 Status = Literal["pass", "fail", "not judged", "skipped"]
 Verdict = Literal["promote", "roll back", "wait"]
+_METRIC_KEY = re.compile(r"[^\w\-. /]")
 _SCORE_BINS = 10
 _BOOTSTRAP_DRAWS = 1000
 _SEED = 0  # the same window gives the same interval, so a verdict can be re-derived
@@ -204,8 +207,9 @@ class CanaryRun(BaseModel):
 def run_canary(settings: MonitoringSettings, *, act: bool, actor: str) -> CanaryRun:
     """Judge the running canary on the log since it started; with ``act``, promote it (the previous
     production version archived) or roll it back (the canary ended, the version tagged rejected), the
-    verdict's figures in the audit record. InputError when no canary runs. The checks and the verdict
-    go to Prometheus (job ``mlops_canary``)."""
+    verdict's figures in the audit record; with ``act`` every verdict, a wait too, is recorded in the
+    registry's ``<model> canary verdicts`` with its figures. InputError when no canary runs. The checks
+    and the verdict go to Prometheus (job ``mlops_canary``)."""
     started = time.perf_counter()
     running = registry.canary(settings)
     if running is None:
@@ -220,9 +224,11 @@ def run_canary(settings: MonitoringSettings, *, act: bool, actor: str) -> Canary
     metrics.publish(metrics.canary_registry(verdict, time.perf_counter() - started), metrics.CANARY_JOB,
                     settings.monitoring_dir, settings.pushgateway_url)
     reason = f"canary analysis: {verdict.reason}"
-    if not act or verdict.verdict == "wait":
+    if not act:
         return CanaryRun(since=since, verdict=verdict, action="nothing done")
-    if verdict.verdict == "promote":
+    if verdict.verdict == "wait":
+        action = "nothing done"
+    elif verdict.verdict == "promote":
         champion = registry.alias_version(settings)
         registry.promote(settings, version, expected=champion, actor=actor, reason=reason)
         action = f"{settings.serving_alias} {champion or 'none'} -> {version}, {champion or 'none'} archived"
@@ -231,4 +237,16 @@ def run_canary(settings: MonitoringSettings, *, act: bool, actor: str) -> Canary
         registry.tag_version(settings, version, {"decision": "reject", "decision_reason": reason})
         revise_decision(settings, version, "reject", reason)  # what `mlops model list` shows; the tags for the UI
         action = f"canary {version} ended and tagged rejected"
+    record_verdict(registry.client(settings), settings, VerdictRecord(
+        version=version, verdict=verdict.verdict, reason=reason, action=action, actor=actor, at=datetime.now(UTC),
+        figures=verdict_figures(verdict)))
     return CanaryRun(since=since, verdict=verdict, action=action)
+
+
+def verdict_figures(verdict: CanaryVerdict) -> dict[str, float]:
+    """The verdict's numbers as MLflow metric keys ("<check>/<figure>"; MLflow allows no colon)."""
+    figures = {"canary rows": float(verdict.canary_rows), "champion rows": float(verdict.champion_rows)}
+    for check in verdict.checks:
+        named = {"canary": check.canary, "champion": check.champion} | check.figures
+        figures |= {f"{check.name}/{name}": value for name, value in named.items() if value is not None}
+    return {_METRIC_KEY.sub("_", key): value for key, value in figures.items()}

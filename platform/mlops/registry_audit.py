@@ -1,4 +1,6 @@
-"""The registry's audit trail: one MLflow run per alias move, in the experiment ``<model> alias moves``.
+"""The registry's audit trail: one MLflow run per alias move, in the experiment ``<model> alias moves``,
+and one per canary verdict the judge reached (promote, roll back, and wait, which moves nothing), in
+``<model> canary verdicts``, its checks' figures as the run's metrics.
 
 Who moved which alias from which version to which, when and why. A rollback decides from it (the
 version an alias held before its last move), so it is kept as records, not as tags anyone can edit
@@ -41,14 +43,32 @@ class AliasChange(BaseModel):
         return f"{_AUDIT_PREFIX}{self.at.astimezone(UTC):%Y%m%dT%H%M%S%fZ}.{self.alias}"
 
 
+class VerdictRecord(BaseModel):
+    """Audit record of one canary verdict: what the judge said, on which figures, and what was done."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: str  # the canary's
+    verdict: str  # promote, roll back or wait
+    reason: str
+    action: str
+    actor: str
+    at: datetime
+    figures: dict[str, float]  # "<check>: <figure>" -> value, and each arm's rows
+
+
 def audit_experiment_name(settings: Settings) -> str:
     return f"{settings.model_name} alias moves"
 
 
-def _experiment_id(client: MlflowClient, settings: Settings) -> str:
+def verdicts_experiment_name(settings: Settings) -> str:
+    return f"{settings.model_name} canary verdicts"
+
+
+def _experiment_id(client: MlflowClient, settings: Settings, name: str | None = None) -> str:
     from mlflow.exceptions import MlflowException
 
-    name = audit_experiment_name(settings)
+    name = name or audit_experiment_name(settings)
     existing = client.get_experiment_by_name(name)
     if existing is not None:
         return str(existing.experiment_id)
@@ -90,3 +110,35 @@ def read_moves(client: MlflowClient, settings: Settings) -> list[AliasChange]:
         token = page.token
         if not token:
             return sorted(moves, key=lambda move: move.at)
+
+
+def record_verdict(client: MlflowClient, settings: Settings, record: VerdictRecord) -> None:
+    from mlflow.entities import Metric, Param
+
+    run = client.create_run(_experiment_id(client, settings, verdicts_experiment_name(settings)),
+                            start_time=int(record.at.timestamp() * 1000),
+                            run_name=f"canary {record.version}: {record.verdict}")
+    values = {"version": record.version, "verdict": record.verdict, "reason": record.reason[:_MAX_PARAM_CHARS],
+              "action": record.action, "actor": record.actor, "at": record.at.isoformat()}
+    stamp = int(record.at.timestamp() * 1000)
+    client.log_batch(run.info.run_id, params=[Param(key, value) for key, value in values.items()],
+                     metrics=[Metric(key, value, stamp, 0) for key, value in record.figures.items()])
+    client.set_terminated(run.info.run_id)
+
+
+def read_verdicts(client: MlflowClient, settings: Settings) -> list[VerdictRecord]:
+    """Every recorded canary verdict of the model, oldest first."""
+    experiment = client.get_experiment_by_name(verdicts_experiment_name(settings))
+    if experiment is None:
+        return []
+    verdicts, token = [], None
+    while True:
+        page = client.search_runs([experiment.experiment_id], max_results=1000, page_token=token)
+        verdicts += [VerdictRecord(version=run.data.params["version"], verdict=run.data.params["verdict"],
+                                   reason=run.data.params["reason"], action=run.data.params["action"],
+                                   actor=run.data.params["actor"], at=datetime.fromisoformat(run.data.params["at"]),
+                                   figures=dict(run.data.metrics))
+                     for run in page]
+        token = page.token
+        if not token:
+            return sorted(verdicts, key=lambda verdict: verdict.at)

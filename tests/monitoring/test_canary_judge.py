@@ -19,6 +19,7 @@ from mlops import registry
 from mlops.contract import DataContract
 from mlops.prediction_log import PredictionLog, log_dir
 from mlops.reference_profile import ReferenceProfile
+from mlops.registry_audit import read_verdicts
 from mlops_cli.app import app
 from monitoring.canary import CanaryVerdict, judge_canary
 from monitoring.labels import ID, LABEL, ingest_labels
@@ -263,6 +264,11 @@ def test_judge_promotes_an_equal_canary_once_labels_arrive_and_archives_the_cham
     assert "verdict: wait" in waited.output
     assert "action: nothing done" in waited.output
     assert registry.canary(settings) == (candidate, 20.0)
+    (audited,) = read_verdicts(registry.client(settings), settings)  # a wait moves nothing, and is audited
+    assert (audited.version, audited.verdict, audited.action) == (candidate, "wait", "nothing done")
+    assert audited.reason.startswith("canary analysis: waiting on: ")
+    assert audited.figures["canary rows"] > 0
+    assert audited.figures["score distribution/PSI"] >= 0
 
     labels = tmp_path / "labels.csv"
     window[[contract.id_column, contract.label_column]].to_csv(labels, index=False)
@@ -278,3 +284,7 @@ def test_judge_promotes_an_equal_canary_once_labels_arrive_and_archives_the_cham
     moved = registry.history(settings, settings.serving_alias)[-1]
     assert (moved.from_version, moved.to_version) == (champion, candidate)
     assert moved.reason.startswith("canary analysis: every check passed")
+    verdicts = read_verdicts(registry.client(settings), settings)
+    assert [v.verdict for v in verdicts] == ["wait", "promote"]
+    assert verdicts[-1].reason == moved.reason
+    assert verdicts[-1].figures["PR-AUC/canary"] > 0
