@@ -117,6 +117,10 @@ class ModelManager:
                                      daemon=True)
             first.start()
             first.join(timeout)
+            if self.current is None and not outcome and not self._cache.holds(self.alias):
+                # Nothing cached to serve meanwhile: a slow registry (a loaded machine's SQLite store
+                # took 3 s) is waited for, as before the cache, rather than a replica ready with no model.
+                first.join()
             if self.current is None and (not outcome or outcome[0] is not None):
                 self._load_cached(f"registry unreachable at start (no answer within {timeout:g} s)" if not outcome
                                   else "registry unreachable at start")

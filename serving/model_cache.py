@@ -69,6 +69,10 @@ class ModelCache:
         partial_note.write_text(json.dumps(note))
         partial_note.replace(self.folder / f"{alias}.json")
 
+    def holds(self, alias: str) -> bool:
+        """Whether the alias has an entry (not yet checked: :meth:`read` checks it)."""
+        return (self.folder / f"{alias}.onnx").is_file() and (self.folder / f"{alias}.json").is_file()
+
     def read(self, alias: str) -> ServedModel | None:
         """The alias' entry; None when there is none; ModelNotReadyError when it fails its checks."""
         graph, note_path = self.folder / f"{alias}.onnx", self.folder / f"{alias}.json"

@@ -25,7 +25,7 @@ from typing import Literal
 
 from mlops import registry
 from mlops.errors import PipelineError
-from mlops.preflight import check_source, check_tracking_server, check_tracking_store
+from mlops.preflight import check_source, check_tracking_server, check_tracking_store, local_store_path
 from mlops.settings import Settings
 from pipelines.orchestration.declaration import STEPS, Step
 from pipelines.orchestration.environment import environment, record_env
@@ -159,7 +159,9 @@ def _headline(settings: Settings, run_name: str, step_name: str, steps: tuple[St
 def _failure(settings: Settings, run_name: str, exc: Exception, failed_step: str | None = None) -> PipelineError:
     where = f"pipeline stopped at {failed_step}" if failed_step else "pipeline failed"
     try:
-        check_tracking_server(settings.resolved_tracking_uri)
+        # A diagnosis, not a second preflight: only a server can have gone down mid-run.
+        if local_store_path(settings.resolved_tracking_uri) is None:
+            check_tracking_server(settings.resolved_tracking_uri)
     except PipelineError as down:
         # An outage, not bad input: no step, so exit code 1 whichever step it hit.
         return PipelineError(f"{where}: {down.message}; nothing was promoted")

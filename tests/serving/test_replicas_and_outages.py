@@ -201,7 +201,9 @@ def test_a_replica_started_while_mlflow_is_down_serves_its_cache_and_masks_crede
         assert (status, body["error"]) == (503, "RegistryError")
         assert "the model registry did not answer" in body["detail"]
         assert body["request_id"] in body["detail"]
-        assert seconds < 10
+        # Not minutes of retries. The replica started on its cache without importing MLflow, so the
+        # first call carries that import (5-10 s of CPU; 29 s on a machine at load 7).
+        assert seconds < 45
     output = replica.output()
     assert "registry unreachable" in output
     assert TRACKING_PASSWORD not in output
