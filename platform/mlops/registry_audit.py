@@ -19,7 +19,10 @@ from pydantic import BaseModel, ConfigDict
 from mlops.settings import Settings
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from mlflow import MlflowClient
+    from mlflow.entities import Run
 
 _AUDIT_PREFIX = "audit."
 _MAX_PARAM_CHARS = 6000  # MLflow's limit on a param's value
@@ -95,21 +98,26 @@ def record_move(client: MlflowClient, settings: Settings, change: AliasChange) -
     client.set_terminated(run.info.run_id)
 
 
-def read_moves(client: MlflowClient, settings: Settings) -> list[AliasChange]:
-    """Every recorded move of the model's aliases, oldest first."""
-    experiment = client.get_experiment_by_name(audit_experiment_name(settings))
+def _runs(client: MlflowClient, experiment_name: str) -> Iterator[Run]:
+    """Every run of the experiment (none when it does not exist yet), page by page."""
+    experiment = client.get_experiment_by_name(experiment_name)
     if experiment is None:
-        return []
-    moves, token = [], None
+        return
+    token = None
     while True:
         page = client.search_runs([experiment.experiment_id], max_results=1000, page_token=token)
-        moves += [AliasChange(alias=p["alias"], from_version=p["from_version"] or None,
-                              to_version=p["to_version"] or None, actor=p["actor"], reason=p["reason"],
-                              at=datetime.fromisoformat(p["at"]))
-                  for p in (run.data.params for run in page)]
+        yield from page
         token = page.token
         if not token:
-            return sorted(moves, key=lambda move: move.at)
+            return
+
+
+def read_moves(client: MlflowClient, settings: Settings) -> list[AliasChange]:
+    """Every recorded move of the model's aliases, oldest first."""
+    moves = [AliasChange(alias=p["alias"], from_version=p["from_version"] or None, to_version=p["to_version"] or None,
+                         actor=p["actor"], reason=p["reason"], at=datetime.fromisoformat(p["at"]))
+             for p in (run.data.params for run in _runs(client, audit_experiment_name(settings)))]
+    return sorted(moves, key=lambda move: move.at)
 
 
 def record_verdict(client: MlflowClient, settings: Settings, record: VerdictRecord) -> None:
@@ -128,17 +136,7 @@ def record_verdict(client: MlflowClient, settings: Settings, record: VerdictReco
 
 def read_verdicts(client: MlflowClient, settings: Settings) -> list[VerdictRecord]:
     """Every recorded canary verdict of the model, oldest first."""
-    experiment = client.get_experiment_by_name(verdicts_experiment_name(settings))
-    if experiment is None:
-        return []
-    verdicts, token = [], None
-    while True:
-        page = client.search_runs([experiment.experiment_id], max_results=1000, page_token=token)
-        verdicts += [VerdictRecord(version=run.data.params["version"], verdict=run.data.params["verdict"],
-                                   reason=run.data.params["reason"], action=run.data.params["action"],
-                                   actor=run.data.params["actor"], at=datetime.fromisoformat(run.data.params["at"]),
-                                   figures=dict(run.data.metrics))
-                     for run in page]
-        token = page.token
-        if not token:
-            return sorted(verdicts, key=lambda verdict: verdict.at)
+    verdicts = [VerdictRecord(version=p["version"], verdict=p["verdict"], reason=p["reason"], action=p["action"],
+                              actor=p["actor"], at=datetime.fromisoformat(p["at"]), figures=dict(run.data.metrics))
+                for run in _runs(client, verdicts_experiment_name(settings)) for p in (run.data.params,)]
+    return sorted(verdicts, key=lambda verdict: verdict.at)
