@@ -6,7 +6,15 @@ decision rate and, once labels have arrived, PR-AUC with a bootstrap interval of
 The arms serve different customers (the canary is sticky per customer), so the interval resamples
 each arm on its own (unpaired). A check below its minimum sample is "not judged yet"; a difference
 fails only when it is both material (past a margin) and not chance (past the significance level),
-so two arms of one model do not fail by noise. :func:`run_canary` reads the registry, judges the
+so two arms of one model do not fail by noise.
+
+Two different models score the same traffic differently by design (a better one is sharper, its
+threshold elsewhere), and evaluate has already judged that difference on held-out data. So when
+both versions have a reference profile (their scores on evaluate's held-out split), the score and
+decision checks compare each arm's live traffic with its own reference: the canary fails when its
+scores moved from what evaluate saw by more than the champion's moved from its own (a broken
+online feature, a model trained on an unrepresentative sample), not for being another model.
+Without both profiles the arms are compared with each other directly. :func:`run_canary` reads the registry, judges the
 canary's window since it started and, when asked, acts on the verdict with its figures audited.
 """
 
@@ -25,14 +33,16 @@ from scipy import stats
 
 from mlops import registry
 from mlops.contract import load_contract
-from mlops.errors import InputError
+from mlops.errors import InputError, NotFoundError
 from mlops.prediction_log import log_dir
+from mlops.reference_profile import ReferenceProfile
 from mlops.registry_audit import VerdictRecord, record_verdict
 from mlops.registry_records import canary_started, revise_decision
 from monitoring import metrics
 from monitoring.labels import LABEL, average_precision, join_labels, read_labels
+from monitoring.references import fetch_profile
 from monitoring.settings import MonitoringSettings
-from monitoring.stats import ks_p, psi_from_counts
+from monitoring.stats import binomial_p, ks_p, psi_binned, psi_from_counts
 from monitoring.window import WindowSpec, read_window
 
 CANARY, CHAMPION = "canary", "champion"
@@ -42,6 +52,7 @@ _METRIC_KEY = re.compile(r"[^\w\-. /]")
 _SCORE_BINS = 10
 _BOOTSTRAP_DRAWS = 1000
 _SEED = 0  # the same window gives the same interval, so a verdict can be re-derived
+References = tuple[ReferenceProfile, ReferenceProfile]  # (the canary's, the champion's)
 
 
 class CanaryCheck(BaseModel):
@@ -98,7 +109,10 @@ def _latency(canary: pd.DataFrame, champion: pd.DataFrame, settings: MonitoringS
                        canary=ours, champion=theirs, figures={"ratio": ratio, "limit": settings.canary_latency_ratio})
 
 
-def _scores(canary: np.ndarray, champion: np.ndarray, settings: MonitoringSettings) -> CanaryCheck:
+def _scores(canary: np.ndarray, champion: np.ndarray, settings: MonitoringSettings,
+            references: References | None) -> CanaryCheck:
+    if references is not None and all(r.probability.kind == "continuous" for r in references):
+        return _scores_against_references(canary, champion, settings, references)
     # The champion's quantiles as bins, as the drift job bins live scores on the reference's.
     edges = np.unique(np.quantile(champion, np.linspace(0, 1, _SCORE_BINS + 1)[1:-1]))
     counts = [np.bincount(np.searchsorted(edges, arm, side="left"), minlength=edges.size + 1).astype("float64")
@@ -108,10 +122,36 @@ def _scores(canary: np.ndarray, champion: np.ndarray, settings: MonitoringSettin
     return CanaryCheck(name="score distribution", status="fail" if failing else "pass",
                        canary=float(np.mean(canary)), champion=float(np.mean(champion)),
                        figures={"PSI": psi, "PSI limit": settings.canary_score_psi, "KS p": p_value},
-                       note="arm figures are mean probabilities")
+                       note="arm figures are mean probabilities; no reference profiles: the arms compared directly")
 
 
-def _decision_rate(canary: np.ndarray, champion: np.ndarray, settings: MonitoringSettings) -> CanaryCheck:
+def _scores_against_references(canary: np.ndarray, champion: np.ndarray, settings: MonitoringSettings,
+                               references: References) -> CanaryCheck:
+    """Each arm's PSI on its own reference's bins; the canary fails when its PSI passes the champion's by
+    more than the limit and its KS test against its reference says it is not chance."""
+    ours, theirs = (r.probability for r in references)
+    psi = psi_binned(ours.edges, ours.bin_counts, canary)
+    champion_psi = psi_binned(theirs.edges, theirs.bin_counts, champion)
+    p_value = ks_p(np.asarray(ours.sample, dtype="float64"), canary)
+    failing = psi - champion_psi > settings.canary_score_psi and p_value < settings.canary_significance
+    return CanaryCheck(name="score distribution", status="fail" if failing else "pass",
+                       canary=float(np.mean(canary)), champion=float(np.mean(champion)),
+                       figures={"PSI": psi, "champion PSI": champion_psi, "PSI limit": settings.canary_score_psi,
+                                "KS p": p_value},
+                       note="arm figures are mean probabilities; PSI and KS p against each arm's own reference scores")
+
+
+def _reference_rate(profile: ReferenceProfile) -> float:
+    """The share of the reference's scores at or above the version's threshold; 0 without a threshold."""
+    sample = np.asarray(profile.probability.sample, dtype="float64")
+    return 0.0 if profile.threshold is None or sample.size == 0 else float(np.mean(sample >= profile.threshold))
+
+
+def _decision_rate(canary: np.ndarray, champion: np.ndarray, settings: MonitoringSettings,
+                   references: References | None) -> CanaryCheck:
+    expected = (_reference_rate(references[0]), _reference_rate(references[1])) if references else (0.0, 0.0)
+    if min(expected) > 0:
+        return _decision_rate_against_references(canary, champion, settings, expected)
     ours, theirs = float(canary.mean()), float(champion.mean())
     pooled = (canary.sum() + champion.sum()) / (canary.size + champion.size)
     spread = np.sqrt(pooled * (1 - pooled) * (1 / canary.size + 1 / champion.size))
@@ -120,6 +160,24 @@ def _decision_rate(canary: np.ndarray, champion: np.ndarray, settings: Monitorin
     failing = max(ratio, 1 / ratio) > settings.canary_decision_rate_ratio and p_value < settings.canary_significance
     return CanaryCheck(name="decision rate", status="fail" if failing else "pass", canary=ours, champion=theirs,
                        figures={"ratio": ratio, "limit": settings.canary_decision_rate_ratio, "p": p_value})
+
+
+def _decision_rate_against_references(canary: np.ndarray, champion: np.ndarray, settings: MonitoringSettings,
+                                      expected: tuple[float, float]) -> CanaryCheck:
+    """Each arm's positive decisions against what its reference rate expects on its rows; ``ratio`` is the
+    canary's observed/expected over the champion's. The test: given both arms' positives, the canary's
+    share of them against its share of the expected ones (exact binomial: a ratio of Poisson rates)."""
+    observed = (int(canary.sum()), int(champion.sum()))
+    wanted = (canary.size * expected[0], champion.size * expected[1])
+    ratio = ((observed[0] / wanted[0]) / (observed[1] / wanted[1]) if observed[1]
+             else float("inf") if observed[0] else 1.0)
+    p_value = binomial_p(observed[0], sum(observed), wanted[0] / sum(wanted))
+    material = ratio == 0 or max(ratio, 1 / ratio) > settings.canary_decision_rate_ratio
+    return CanaryCheck(name="decision rate", status="fail" if material and p_value < settings.canary_significance
+                       else "pass", canary=float(canary.mean()), champion=float(champion.mean()),
+                       figures={"ratio": ratio, "limit": settings.canary_decision_rate_ratio, "p": p_value,
+                                "canary reference": expected[0], "champion reference": expected[1]},
+                       note="ratio: each arm's rate over its reference's, canary over champion")
 
 
 def _bootstrap_pr_auc(labels: np.ndarray, scores: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -154,11 +212,13 @@ def _sized(name: str, canary: pd.DataFrame, champion: pd.DataFrame, need: int,
 
 
 def judge_canary(window: pd.DataFrame, labels: pd.DataFrame | None, settings: MonitoringSettings, *,
-                 positive: str, canary_version: str | None = None) -> CanaryVerdict:
+                 positive: str, canary_version: str | None = None,
+                 references: References | None = None) -> CanaryVerdict:
     """Judge the window's canary rows (of ``canary_version`` when given) against its champion rows.
 
     ``labels``: (event_id, label) as :func:`monitoring.labels.read_labels` gives them, or None before
-    any arrived; ``positive``: the decision that predicts a positive label (the contract's).
+    any arrived; ``positive``: the decision that predicts a positive label (the contract's);
+    ``references``: the canary's and the champion's reference profiles, when both have one.
     """
     canary = window[window["role"] == CANARY]
     if canary_version is not None:
@@ -170,8 +230,9 @@ def judge_canary(window: pd.DataFrame, labels: pd.DataFrame | None, settings: Mo
     checks = [
         _error_rate(),
         _latency(canary, champion, settings),
-        _sized("score distribution", canary, champion, need, lambda: _scores(ours, theirs, settings)),
-        _sized("decision rate", canary, champion, need, lambda: _decision_rate(our_flags, their_flags, settings)),
+        _sized("score distribution", canary, champion, need, lambda: _scores(ours, theirs, settings, references)),
+        _sized("decision rate", canary, champion, need,
+               lambda: _decision_rate(our_flags, their_flags, settings, references)),
         _pr_auc(join_labels(canary, labels), join_labels(champion, labels), settings) if labels is not None
         else _not_judged("PR-AUC", 0, settings.canary_min_labelled, "labelled rows"),
     ]
@@ -220,7 +281,8 @@ def run_canary(settings: MonitoringSettings, *, act: bool, actor: str) -> Canary
     since = canary_started(settings, version)
     window = read_window(log_dir(settings), WindowSpec(start=since))
     verdict = judge_canary(window, read_labels(settings.monitoring_dir), settings,
-                           positive=load_contract(settings.contract_path).decisions.positive, canary_version=version)
+                           positive=load_contract(settings.contract_path).decisions.positive, canary_version=version,
+                           references=_references(settings, version, registry.alias_version(settings)))
     metrics.publish(metrics.canary_registry(verdict, time.perf_counter() - started), metrics.CANARY_JOB,
                     settings.monitoring_dir, settings.pushgateway_url)
     reason = f"canary analysis: {verdict.reason}"
@@ -241,6 +303,17 @@ def run_canary(settings: MonitoringSettings, *, act: bool, actor: str) -> Canary
         version=version, verdict=verdict.verdict, reason=reason, action=action, actor=actor, at=datetime.now(UTC),
         figures=verdict_figures(verdict)))
     return CanaryRun(since=since, verdict=verdict, action=action)
+
+
+def _references(settings: MonitoringSettings, canary: str, champion: str | None) -> References | None:
+    """Both versions' reference profiles, or None when either has none (it predates profiles)."""
+    if champion is None:
+        return None
+    try:
+        return (fetch_profile(settings, settings.model_name, canary),
+                fetch_profile(settings, settings.model_name, champion))
+    except NotFoundError:
+        return None
 
 
 def verdict_figures(verdict: CanaryVerdict) -> dict[str, float]:

@@ -39,11 +39,13 @@ class MonitoringSettings(Settings):
     canary_latency_ratio: float = Field(
         default=1.5, gt=1, description="Canary latency p99 over the champion's that fails it.")
     canary_score_psi: float = Field(
-        default=0.1, gt=0, description="PSI of the canary's probabilities against the champion's that fails it (the "
-                                       "arms score the same traffic, so tighter than the drift levels).")
+        default=0.1, gt=0, description="How far the canary's PSI against its own reference scores may pass the "
+                                       "champion's against its own (the arms' PSI against each other without "
+                                       "reference profiles); the arms score the same traffic, so tighter than the "
+                                       "drift levels.")
     canary_decision_rate_ratio: float = Field(
-        default=1.5, gt=1, description="Ratio of the arms' positive-decision rates (either way) that fails the canary "
-                                       "(relative: positives are often rare).")
+        default=1.5, gt=1, description="Ratio (either way) of the arms' positive-decision rates, each over its "
+                                       "reference's rate, that fails the canary (relative: positives are often rare).")
     canary_pr_auc_margin: float = Field(
         default=0.02, ge=0, description="PR-AUC loss the canary must surely exceed (interval's top below minus "
                                         "this) to fail.")

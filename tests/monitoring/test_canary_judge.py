@@ -18,10 +18,10 @@ from typer.testing import CliRunner
 from mlops import registry
 from mlops.contract import DataContract
 from mlops.prediction_log import PredictionLog, log_dir
-from mlops.reference_profile import ReferenceProfile
+from mlops.reference_profile import ReferenceProfile, build_profile
 from mlops.registry_audit import read_verdicts
 from mlops_cli.app import app
-from monitoring.canary import CanaryVerdict, judge_canary
+from monitoring.canary import CanaryVerdict, References, judge_canary
 from monitoring.labels import ID, LABEL, ingest_labels
 from monitoring.settings import MonitoringSettings
 from monitoring.window import WindowSpec, read_window
@@ -43,13 +43,14 @@ def _arms(frame: pd.DataFrame, contract: DataContract) -> tuple[pd.DataFrame, pd
 
 
 def _judge(tmp_path: Path, write_log: LogWriter, canary: pd.DataFrame, champion: pd.DataFrame,
-           labels: pd.DataFrame | None) -> CanaryVerdict:
+           labels: pd.DataFrame | None, references: References | None = None) -> CanaryVerdict:
     log = PredictionLog(tmp_path / "predictions")
     write_log(champion, log, version="1", logged_at=START)
     write_log(canary, log, version="2", logged_at=START, role="canary")
     log.close()
     window = read_window(tmp_path / "predictions", WindowSpec())
-    return judge_canary(window, labels, MonitoringSettings(home=tmp_path), positive="fraud", canary_version="2")
+    return judge_canary(window, labels, MonitoringSettings(home=tmp_path), positive="fraud", canary_version="2",
+                        references=references)
 
 
 def _labels(frame: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
@@ -145,6 +146,78 @@ def test_a_much_worse_canary_rolls_back_on_pr_auc_with_its_interval_once_labels_
     assert pr_auc["canary"] < pr_auc["champion"]  # type: ignore[operator]
     assert after.reason.startswith("failing: PR-AUC: fail")
     assert f"99% high {figures['99% high']:.4g}" in after.reason
+
+
+def _sharper(probability: pd.Series | np.ndarray) -> np.ndarray:
+    """Another model's scores: the same ranking, twice the log-odds (a better-trained model is sharper)."""
+    p = np.clip(np.asarray(probability, dtype="float64"), 1e-6, 1 - 1e-6)
+    return np.asarray(1 / (1 + ((1 - p) / p) ** 2))
+
+
+def _references(traffic: Traffic, contract: DataContract, canary_scores: Callable[[np.ndarray], np.ndarray],
+                ) -> References:
+    """(canary, champion) profiles of the reference half, as evaluate builds them, threshold 0.5 (the log's)."""
+    half = traffic("none").iloc[: len(traffic("none")) // 2]
+    scores = half["probability"].to_numpy()
+    return (build_profile(half, contract, canary_scores(scores), threshold=0.5),
+            build_profile(half, contract, scores, threshold=0.5))
+
+
+def test_a_sharper_canary_scoring_live_as_it_scored_offline_is_judged_against_its_own_reference(
+        tmp_path: Path, traffic: Traffic, live: Traffic, write_log: LogWriter, contract: DataContract) -> None:
+    canary, champion = _arms(live("none"), contract)
+    sharper = canary.assign(probability=_sharper(canary["probability"]))
+
+    direct = _judge(tmp_path / "direct", write_log, sharper, champion, None)
+    judged = _judge(tmp_path / "judged", write_log, sharper, champion, None, _references(traffic, contract, _sharper))
+
+    # Compared with each other, two models differ: the old check rolled a sharper model back for it.
+    assert _check(direct, "score distribution")["status"] == "fail"
+    scores = _check(judged, "score distribution")
+    assert scores["status"] == "pass"
+    figures = scores["figures"]
+    assert isinstance(figures, dict)
+    assert figures["PSI"] < 0.05
+    assert figures["champion PSI"] < 0.05
+    assert _check(judged, "decision rate")["status"] == "pass"
+    assert judged.verdict == "wait"  # PR-AUC waits for labels
+
+
+def test_a_canary_whose_live_scores_left_its_reference_rolls_back_with_both_arms_psi(
+        tmp_path: Path, traffic: Traffic, live: Traffic, write_log: LogWriter, contract: DataContract) -> None:
+    canary, champion = _arms(live("none"), contract)
+    # Evaluate saw the sharper model; live, an input broken online leaves it half as sure (its scores
+    # come out as the champion's): against each other the arms would look alike.
+    broken = canary
+
+    verdict = _judge(tmp_path, write_log, broken, champion, None, _references(traffic, contract, _sharper))
+
+    scores = _check(verdict, "score distribution")
+    assert scores["status"] == "fail"
+    figures = scores["figures"]
+    assert isinstance(figures, dict)
+    assert figures["PSI"] - figures["champion PSI"] > 0.1
+    assert verdict.verdict == "roll back"
+    direct = _judge(tmp_path / "direct", write_log, broken, champion, None)
+    assert _check(direct, "score distribution")["status"] == "pass"
+    assert f"PSI {figures['PSI']:.4g}, champion PSI {figures['champion PSI']:.4g}" in verdict.reason
+
+
+def test_a_canary_flagging_far_fewer_than_its_reference_did_rolls_back_on_the_decision_rate(
+        tmp_path: Path, traffic: Traffic, live: Traffic, write_log: LogWriter, contract: DataContract) -> None:
+    canary, champion = _arms(live("none"), contract)
+    # Only its top scores fall under the threshold: the scores' bins hardly move, its decisions do.
+    muted = canary.assign(probability=np.minimum(canary["probability"], 0.49))
+
+    verdict = _judge(tmp_path, write_log, muted, champion, None, _references(traffic, contract, lambda p: p))
+
+    decisions = _check(verdict, "decision rate")
+    assert decisions["status"] == "fail"
+    figures = decisions["figures"]
+    assert isinstance(figures, dict)
+    assert figures["ratio"] < 1 / 1.5
+    assert figures["canary reference"] == figures["champion reference"] > 0
+    assert verdict.reason.startswith("failing: decision rate: fail")
 
 
 @pytest.mark.parametrize("slow", [1.0, 3.0])
