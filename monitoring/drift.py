@@ -30,6 +30,8 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
 
 from mlops.errors import EmptyWindowError, SmallWindowError
@@ -38,12 +40,15 @@ from mlops.reference_profile import (
     NumericProfile,
     ReferenceProfile,
     confident_share,
-    newest_whole_periods,
+    event_ticks,
+    newest_whole_periods_of_ticks,
 )
 from monitoring import stats
+from monitoring.log_window import LogWindow
 
 Level = Literal["INFO", "WARNING", "CRITICAL"]
 LEVELS: tuple[Level, ...] = ("INFO", "WARNING", "CRITICAL")
+Ticks = tuple[np.ndarray, np.ndarray, int]  # event times: ticks since the epoch, which rows have one, ticks a second
 PROBABILITY = "probability"
 CONFIDENT_SHARE = "confident_share"
 TOP_SCORE_SHARE = "top_score_share"
@@ -127,22 +132,48 @@ def _numeric_drift(name: str, profile: NumericProfile, values: np.ndarray, limit
                         level=limits.level(psi, limits.psi_warning, limits.psi_critical))
 
 
-def _categorical_drift(name: str, reference: dict[str, int], values: pd.Series, unknown: float,
-                       limits: DriftThresholds, entities: pd.Series | None = None) -> FeatureDrift:
-    """PSI over the rows; the chi-squared over ``entities`` (aligned with ``values``) when given, each
-    entity's rows sharing one unit of weight."""
-    categories = values.astype(str)
-    current = {str(k): int(v) for k, v in categories.value_counts(sort=False).items()}
+def _categorical_drift(name: str, reference: dict[str, int], codes: np.ndarray, labels: list[str], unknown: float,
+                       limits: DriftThresholds, entities: np.ndarray | None = None) -> FeatureDrift:
+    """PSI over the rows; the chi-squared over ``entities`` (codes aligned with ``codes``) when given,
+    each entity's rows sharing one unit of weight. Rows of code -1 (null) are left out; an entity
+    code of -1 leaves its row out of the test only."""
+    present = codes >= 0
+    values = codes[present]
+    counted = np.bincount(values, minlength=len(labels)).tolist()
+    current = {label: count for label, count in zip(labels, counted, strict=True) if count}
     psi = stats.psi_from_counts(*stats.aligned_counts(reference, current))
     tested: dict[str, float] = dict(current)
     if entities is not None:
-        share = 1.0 / entities.groupby(entities, sort=False).transform("size").to_numpy(dtype="float64")
-        weights = pd.Series(share, index=categories.index).groupby(categories).sum()
-        tested = {str(k): float(v) for k, v in weights.items()}
+        cards = entities[present]
+        known = cards >= 0
+        card = np.where(known, cards, 0)
+        rows_per_card = np.bincount(card[known], minlength=int(card.max(initial=-1)) + 1)
+        share = np.where(known, 1.0 / np.maximum(rows_per_card[card], 1), 0.0)
+        weights = np.bincount(values, weights=share, minlength=len(labels)).tolist()
+        tested = {label: weight for label, weight in zip(labels, weights, strict=True) if weight > 0}
     p_value = stats.chi_squared_p(reference, tested)
-    return FeatureDrift(feature=name, kind="categorical", rows=len(values), psi=psi, test="chisquare",
+    return FeatureDrift(feature=name, kind="categorical", rows=int(values.size), psi=psi, test="chisquare",
                         p_value=p_value, test_drift=p_value < limits.p_value, score=psi, unknown_share=unknown,
                         level=limits.level(psi, limits.psi_warning, limits.psi_critical))
+
+
+def _codes(window: pd.DataFrame | LogWindow, name: str) -> tuple[np.ndarray, list[str]]:
+    """Each row's value as its text's number in the labels (-1: null); see :meth:`LogWindow.codes`."""
+    if isinstance(window, LogWindow):
+        return window.codes(name)
+    numbers, uniques = pd.factorize(window[name])  # a null's number is -1
+    texts: dict[str, int] = {}  # values of one text (1 and "1") share its number
+    lookup = np.array([*(texts.setdefault(str(value), len(texts)) for value in uniques), -1], dtype="int64")
+    return lookup[numbers], list(texts)
+
+
+def _flag_counts(flags: pd.Series) -> dict[str, int]:
+    """How many rows' answers flagged each field's category as unknown (their lists counted in Arrow)."""
+    arrow_backed = isinstance(flags.dtype, pd.ArrowDtype)
+    lists = pa.array(flags.array) if arrow_backed else pa.array(flags, from_pandas=True)
+    counted = pc.value_counts(pc.list_flatten(lists))
+    return {str(v): int(c) for v, c in zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist(),
+                                           strict=True) if v is not None}
 
 
 def _absent(name: str, kind: Literal["continuous", "discrete", "categorical"], note: str) -> FeatureDrift:
@@ -150,10 +181,13 @@ def _absent(name: str, kind: Literal["continuous", "discrete", "categorical"], n
     return FeatureDrift(feature=name, kind=kind, rows=0, level="WARNING", note=note)
 
 
-def compute_drift(window: pd.DataFrame, profile: ReferenceProfile, limits: DriftThresholds | None = None, *,
-                  model_name: str = "", model_version: str = "", cluster: str | None = None) -> DriftReport:
+def compute_drift(window: pd.DataFrame | LogWindow, profile: ReferenceProfile, limits: DriftThresholds | None = None,
+                  *, model_name: str = "", model_version: str = "", cluster: str | None = None) -> DriftReport:
     """Scores and levels of every profiled input, the predicted probability and the confident share;
-    categorical tests count each value of the ``cluster`` column once, when the window has it."""
+    categorical tests count each value of the ``cluster`` column once, when the window has it.
+
+    The window is read a column at a time (``window[name]``), so a :class:`LogWindow` judges a log
+    larger than memory."""
     limits = limits or DriftThresholds()
     if window.empty:
         raise EmptyWindowError("the window holds no predictions")
@@ -161,73 +195,80 @@ def compute_drift(window: pd.DataFrame, profile: ReferenceProfile, limits: Drift
         raise SmallWindowError(f"the window holds {len(window)} prediction(s); a drift verdict needs at least "
                                f"{limits.min_rows} (--min-rows)")
     features: list[FeatureDrift] = []
+    # The event times, read once as integer ticks: the periodic inputs and the score tests judge by them.
+    times = event_ticks(window["event_timestamp"]) if "event_timestamp" in window else None
     for name, numeric in profile.numeric.items():
         kind: Literal["continuous", "discrete"] = numeric.kind
         if name not in window:
             features.append(_absent(name, kind, "column absent from the window"))
             continue
         column = pd.to_numeric(window[name], errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
-        values = column[~np.isnan(column)]  # numpy's mask: pandas' dropna took a third of the run
+        present = ~np.isnan(column)
+        values = column[present]  # numpy's mask: pandas' dropna took a third of the run
         if values.size == 0:
             features.append(_absent(name, kind, "no values in the window (all null)"))
             continue
         if numeric.period_s is not None:
-            features.append(_periodic_drift(name, numeric, window, values, limits, kind))
+            features.append(_periodic_drift(name, numeric, times, present, values, limits, kind))
             continue
         features.append(_numeric_drift(name, numeric, values, limits, kind))
     # Share of rows whose answer flagged each field's category as unknown (one pass over the flags).
-    flagged = (window["unknown_categories"].explode().value_counts() if "unknown_categories" in window
-               else pd.Series(dtype="int64"))
+    flagged = _flag_counts(window["unknown_categories"]) if "unknown_categories" in window else {}
+    entities = (_codes(window, cluster)[0] if profile.categorical and cluster is not None and cluster in window
+                else None)
     for name, categorical in profile.categorical.items():
         if name not in window:
             features.append(_absent(name, "categorical", "column absent from the window"))
             continue
-        present = window[name].dropna()
-        if present.empty:
+        codes, labels = _codes(window, name)
+        if not np.any(codes >= 0):
             features.append(_absent(name, "categorical", "no values in the window (all null)"))
             continue
-        entities = window.loc[present.index, cluster] if cluster is not None and cluster in window else None
-        features.append(_categorical_drift(name, categorical.counts, present,
-                                           float(flagged.get(name, 0)) / len(window), limits, entities))
+        features.append(_categorical_drift(name, categorical.counts, codes, labels,
+                                           flagged.get(name, 0) / len(window), limits, entities))
     if not any(f.rows for f in features):
         raise SmallWindowError("no profiled column has values in the window")
-    features = _gated(features + _score_drift(window, profile, limits), limits)
+    features = _gated(features + _score_drift(window, times, profile, limits), limits)
     ignored = sorted(set(window.columns) - KNOWN_COLUMNS - set(profile.numeric) - set(profile.categorical))
     return DriftReport(model_name=model_name, model_version=model_version, rows=len(window),
                        level=max_level([f.level for f in features]), features=features, ignored_columns=ignored)
 
 
-def _periodic_drift(name: str, profile: NumericProfile, window: pd.DataFrame, values: np.ndarray,
+def _periodic_drift(name: str, profile: NumericProfile, times: Ticks | None, present: np.ndarray, values: np.ndarray,
                     limits: DriftThresholds, kind: Literal["continuous", "discrete"]) -> FeatureDrift:
-    """A periodic input judged over the newest whole periods of the window, or not at all."""
+    """A periodic input (``values``: the window's rows where ``present``) judged over the newest whole
+    periods of the window, or not at all."""
     period_h = f"{(profile.period_s or 0) / 3600:g}h"
     if profile.whole_periods == 0:
         return FeatureDrift(feature=name, kind=kind, rows=0,
                             note=f"not judged: the reference covers less than one {period_h} period")
-    if "event_timestamp" not in window:
+    if times is None:
         return FeatureDrift(feature=name, kind=kind, rows=0, note="not judged: the window has no event times")
-    present = pd.to_numeric(window[name], errors="coerce").notna().to_numpy()
-    mask, periods = newest_whole_periods(window.loc[present, "event_timestamp"], float(profile.period_s or 0))
+    ticks, known, per_second = times
+    if not present.all():
+        ticks, known = ticks[present], known[present]
+    mask, periods = newest_whole_periods_of_ticks(ticks, known, per_second, float(profile.period_s or 0))
     if periods == 0:
         return FeatureDrift(feature=name, kind=kind, rows=0,
                             note=f"not judged: the window covers less than its {period_h} period")
     return _numeric_drift(name, profile, values[mask], limits, kind)
 
 
-def _score_drift(window: pd.DataFrame, profile: ReferenceProfile, limits: DriftThresholds) -> list[FeatureDrift]:
+def _score_drift(window: pd.DataFrame | LogWindow, times: Ticks | None, profile: ReferenceProfile,
+                 limits: DriftThresholds) -> list[FeatureDrift]:
     """The score tests over the newest whole days of the window (as the reference is profiled), or not at all."""
     period_s = profile.probability.period_s or SCORE_PERIOD_S
     periods = 0
-    if "event_timestamp" in window:
-        mask, periods = newest_whole_periods(window["event_timestamp"], period_s)
+    if times is not None:
+        mask, periods = newest_whole_periods_of_ticks(*times, period_s)
     if periods == 0:
-        why = ("the window has no event times" if "event_timestamp" not in window
+        why = ("the window has no event times" if times is None
                else f"the window covers less than the score's {period_s / 3600:g}h period")
         kinds: dict[str, Literal["prediction", "confidence", "top_score"]] = {
             PROBABILITY: "prediction", CONFIDENT_SHARE: "confidence", TOP_SCORE_SHARE: "top_score"}
         return [FeatureDrift(feature=name, kind=kind, rows=0, note=f"not judged: {why}")
                 for name, kind in kinds.items()]
-    probabilities = window.loc[mask, PROBABILITY].to_numpy(dtype="float64")
+    probabilities = window[PROBABILITY].to_numpy(dtype="float64")[mask]
     return [_numeric_drift(PROBABILITY, profile.probability, probabilities, limits, "prediction"),
             _confident_drift(probabilities, profile, limits),
             _top_score_drift(probabilities, profile.probability, limits)]

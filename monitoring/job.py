@@ -1,7 +1,8 @@
 """The drift job (``mlops drift run``, the KFP component and the CronJob all call ``run_drift``):
 the window of the prediction log against the reference profile of each model version that
 served it, the quality each version is expected to have without labels, the Evidently report, the
-metrics, the actions, the record.
+metrics, the actions, the record. The window is read a column at a time from the log's segments
+(:mod:`monitoring.log_window`), so its size is bounded by the disk, not by memory.
 """
 
 from __future__ import annotations
@@ -9,9 +10,6 @@ from __future__ import annotations
 import logging
 import time
 from datetime import UTC, datetime, timedelta
-from typing import cast
-
-import pandas as pd
 
 from mlops.contract import DataContract, load_contract
 from mlops.errors import EmptyWindowError, MLOpsError, SmallWindowError
@@ -23,10 +21,11 @@ from monitoring.drift import DriftReport, DriftThresholds, compute_drift, max_le
 from monitoring.drift_summary import by_severity, describe, estimate_html, prepend_summary, summary_html
 from monitoring.estimated_quality import METRICS, EstimatedQuality, EstimateThresholds, estimate_roles
 from monitoring.evidently_report import evidently_snapshot, render_html
+from monitoring.log_window import LogWindow, open_window
 from monitoring.references import fetch_profile
 from monitoring.retraining import RetrainingStart, start_retraining
 from monitoring.settings import MonitoringSettings
-from monitoring.window import WindowSpec, read_window
+from monitoring.window import WindowSpec
 
 log = logging.getLogger(__name__)
 # Evidently's HTML panels take a minute and gigabytes at a million rows: drawn from a sample beyond this.
@@ -40,28 +39,27 @@ def thresholds(settings: MonitoringSettings) -> DriftThresholds:
                            min_rows=settings.drift_min_rows)
 
 
-def judge(settings: Settings, window: pd.DataFrame, limits: DriftThresholds,
-          cluster: str | None = None) -> list[tuple[DriftReport, pd.DataFrame]]:
+def judge(settings: Settings, window: LogWindow, limits: DriftThresholds,
+          cluster: str | None = None) -> list[tuple[DriftReport, LogWindow]]:
     """A report per (model, version) that served at least ``min_rows`` of the window; categorical tests
     count each value of ``cluster`` (an entity key) once."""
     judged = []
-    sizes = window.groupby(["model_name", "model_version"]).size()
-    for (name, version), group in window.groupby(["model_name", "model_version"], sort=True):
+    groups = list(window.groups(["model_name", "model_version"]))
+    for (name, version), group in groups:
         if len(group) < limits.min_rows:
             log.info("%s v%s served only %d rows of the window; not judged", name, version, len(group))
             continue
-        profile = fetch_profile(settings, str(name), str(version))
-        report = compute_drift(group.reset_index(drop=True), profile, limits, model_name=str(name),
-                               model_version=str(version), cluster=cluster)
-        judged.append((report, group.reset_index(drop=True)))
+        profile = fetch_profile(settings, name, version)
+        report = compute_drift(group, profile, limits, model_name=name, model_version=version, cluster=cluster)
+        judged.append((report, group))
     if not judged:
-        served = ", ".join(f"v{cast(tuple[str, str], key)[1]}: {count}" for key, count in sizes.items())
+        served = ", ".join(f"v{version}: {len(group)}" for (_, version), group in groups)
         raise SmallWindowError(f"no model version served {limits.min_rows} predictions of the window ({served})")
     return judged
 
 
 def estimates(settings: MonitoringSettings, contract: DataContract,
-              judged: list[tuple[DriftReport, pd.DataFrame]]) -> list[EstimatedQuality]:
+              judged: list[tuple[DriftReport, LogWindow]]) -> list[EstimatedQuality]:
     """The quality each judged version's window is expected to have, per role, against its reference,
     through the score map of the version's latest calibration check (else its profile's); distrusted
     where that check failed."""
@@ -74,7 +72,8 @@ def estimates(settings: MonitoringSettings, contract: DataContract,
         distrust = (check.unreliable(settings.calibration_ece_limit, settings.calibration_min_labelled)
                     if check else None)
         profile = fetch_profile(settings, report.model_name, report.model_version)
-        estimated += estimate_roles(window, profile, contract.decisions.positive, limits, model_name=report.model_name,
+        estimated += estimate_roles(window, profile, contract.decisions.positive, limits,
+                                    model_name=report.model_name,
                                     model_version=report.model_version, unreliable=distrust,
                                     score_map=check.score_map if check else None)
     return estimated
@@ -96,11 +95,11 @@ def _worst(reports: list[DriftReport], count: int = 3) -> list[str]:
     return [f"v{versions[id(f)]}/{describe(f)}" for f in ranked[:count]]
 
 
-def _report_html(settings: Settings, report: DriftReport, window: pd.DataFrame, now: datetime,
+def _report_html(settings: Settings, report: DriftReport, window: LogWindow, now: datetime,
                  limits: DriftThresholds, estimated: list[EstimatedQuality]) -> str:
     profile = fetch_profile(settings, report.model_name, report.model_version)
     path = settings.monitoring_dir / "reports" / f"drift-{now:%Y%m%dT%H%M%S}-v{report.model_version}.html"
-    shown = window if len(window) <= REPORT_MAX_ROWS else window.sample(REPORT_MAX_ROWS, random_state=0)
+    shown = window.sample(REPORT_MAX_ROWS).frame()
     render_html(evidently_snapshot(report, profile, shown), path)
     ours = [e for e in estimated if e.model_version == report.model_version]
     top = summary_html(report, limits) + estimate_html(ours)
@@ -140,7 +139,7 @@ def run_drift(settings: MonitoringSettings, spec: WindowSpec, *, limits: DriftTh
     now = now or datetime.now(UTC)
     limits = limits or thresholds(settings)
     contract = load_contract(settings.contract_path)
-    window = read_window(log_dir(settings), spec, arrow_strings=True)
+    window = open_window(log_dir(settings), spec)
     if window.empty:
         raise EmptyWindowError(f"no predictions logged in {spec.describe()} ({log_dir(settings)}); "
                                "send some: `make demo` replays the test split, or `make serve` and POST "
@@ -169,7 +168,7 @@ def run_drift(settings: MonitoringSettings, spec: WindowSpec, *, limits: DriftTh
     return record
 
 
-def _act(settings: Settings, contract: DataContract, window: pd.DataFrame, record: actions.DriftRunRecord,
+def _act(settings: Settings, contract: DataContract, window: LogWindow, record: actions.DriftRunRecord,
          now: datetime) -> actions.DriftRunRecord:
     errors: list[str] = []
     update: dict[str, object] = {}
@@ -182,7 +181,7 @@ def _act(settings: Settings, contract: DataContract, window: pd.DataFrame, recor
             errors.append(f"fallback: {exc.message}")
     if "retrain" in record.actions:
         try:
-            started: RetrainingStart = start_retraining(settings, contract, window, now)
+            started: RetrainingStart = start_retraining(settings, contract, window.frame(), now)
             update = {"retraining_data": str(started.data), "retraining_log": str(started.log),
                       "retraining_pid": started.process.pid}
             _RUNNING.append(started)

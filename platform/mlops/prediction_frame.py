@@ -27,12 +27,12 @@ def read_prediction_frame(directory: Path, *, start: datetime | None = None,
     if not tables:
         return pd.DataFrame(columns=list(PLAIN_FIELDS))
     table = pa.concat_tables(tables, promote_options="default")
-    frame: pd.DataFrame = table.to_pandas(types_mapper=_arrow_backed if arrow_strings else None)
+    frame: pd.DataFrame = table.to_pandas(types_mapper=arrow_backed if arrow_strings else None)
     renamed = {c: c.split(".", 1)[1] for c in frame.columns if c.startswith(FLAT_PREFIXES)}
     return frame.rename(columns=renamed).sort_values("logged_at", kind="stable").reset_index(drop=True)
 
 
-def _arrow_backed(kind: pa.DataType) -> pd.ArrowDtype | None:
+def arrow_backed(kind: pa.DataType) -> pd.ArrowDtype | None:
     if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_list(kind):
         return pd.ArrowDtype(kind)
     return None

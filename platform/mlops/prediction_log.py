@@ -25,7 +25,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict
 
 from mlops.features import to_micros
@@ -262,8 +264,9 @@ class PredictionLog:
         return current
 
 
-def _read_segment(path: Path) -> Iterator[pa.RecordBatch]:
-    """The complete batches of one stream; a torn tail (crash mid-write) ends it."""
+def read_segment(path: Path) -> Iterator[pa.RecordBatch]:
+    """The complete batches of one stream, read from a memory map (the batches' buffers point into
+    it: a reader touches only the columns it reads); a torn tail (crash mid-write) ends it."""
     try:
         with pa.ipc.open_stream(pa.memory_map(str(path))) as reader:
             while True:
@@ -275,20 +278,32 @@ def _read_segment(path: Path) -> Iterator[pa.RecordBatch]:
         return
 
 
+def segment_paths(directory: Path, start: datetime | None, end: datetime | None) -> list[Path]:
+    """The segments of the days ``[start, end)`` touches (either bound optional), oldest day first."""
+    first_day = f"{start.astimezone(UTC):%Y-%m-%d}" if start else ""
+    last_day = f"{end.astimezone(UTC):%Y-%m-%d}" if end else "9999-99-99"
+    return [path for folder in sorted(p for p in directory.glob("*") if p.is_dir() and first_day <= p.name <= last_day)
+            for path in sorted(folder.glob(f"*{SEGMENT_SUFFIX}"))]
+
+
+def in_window(logged_at: pa.ChunkedArray | pa.Array, start: datetime | None, end: datetime | None) -> pa.Array:
+    """``start <= logged_at < end`` (either bound optional) as a boolean mask, computed in Arrow."""
+    mask = pa.array(np.ones(len(logged_at), dtype=bool))
+    if start is not None:
+        mask = pc.and_(mask, pc.greater_equal(logged_at, pa.scalar(start.astimezone(UTC), logged_at.type)))
+    if end is not None:
+        mask = pc.and_(mask, pc.less(logged_at, pa.scalar(end.astimezone(UTC), logged_at.type)))
+    return pc.fill_null(mask, False)
+
+
 def window_tables(directory: Path, start: datetime | None, end: datetime | None) -> list[pa.Table]:
     """The log's rows with ``start <= logged_at < end`` (either bound optional), one table per segment."""
     tables = []
-    first_day = f"{start.astimezone(UTC):%Y-%m-%d}" if start else ""
-    last_day = f"{end.astimezone(UTC):%Y-%m-%d}" if end else "9999-99-99"
-    for folder in sorted(p for p in directory.glob("*") if p.is_dir() and first_day <= p.name <= last_day):
-        for path in sorted(folder.glob(f"*{SEGMENT_SUFFIX}")):
-            batches = list(_read_segment(path))
-            if not batches:
-                continue
+    for path in segment_paths(directory, start, end):
+        batches = list(read_segment(path))
+        if batches:
             table = pa.Table.from_batches(batches)
-            logged = table.column("logged_at").to_pylist()
-            keep = [(start is None or t >= start) and (end is None or t < end) for t in logged]
-            tables.append(table.filter(pa.array(keep, pa.bool_())))
+            tables.append(table.filter(in_window(table.column("logged_at"), start, end)))
     return tables
 
 
