@@ -1,7 +1,8 @@
 """Canary analysis: the canary (role ``canary``) judged against the champion on the same window of the
 prediction log, check by check, into one verdict: promote, roll back or wait.
 
-Checks: error rate, latency p99, score distribution (PSI and KS of the probabilities), positive
+Checks: error rate (the failure log's rows each arm failed to score beside its answered rows),
+latency p99, score distribution (PSI and KS of the probabilities), positive
 decision rate and, once labels have arrived, PR-AUC with a bootstrap interval of the difference.
 The arms serve different customers (the canary is sticky per customer), so the interval resamples
 each arm on its own (unpaired). A check below its minimum sample is "not judged yet"; a difference
@@ -34,6 +35,7 @@ from scipy import stats
 from mlops import registry
 from mlops.contract import load_contract
 from mlops.errors import InputError, NotFoundError
+from mlops.failure_log import FailureRecord, failure_dir, read_failures
 from mlops.prediction_log import log_dir
 from mlops.reference_profile import ReferenceProfile
 from mlops.registry_audit import VerdictRecord, record_verdict
@@ -92,9 +94,28 @@ def _not_judged(name: str, have: int, need: int, what: str = "rows") -> CanaryCh
     return CanaryCheck(name=name, status="not judged", note=f"not judged yet: {have} {what}, needs {need}")
 
 
-def _error_rate() -> CanaryCheck:
-    return CanaryCheck(name="error rate", status="skipped",
-                       note="the prediction log holds answered predictions only; failed requests are not logged")
+def _error_rate(canary: pd.DataFrame, champion: pd.DataFrame, failures: list[FailureRecord] | None,
+                canary_version: str | None, settings: MonitoringSettings) -> CanaryCheck:
+    """Each arm's failed rows over its answered and failed rows (the failure log beside the prediction
+    log); fails when the canary's rate passes the champion's by the margin and Fisher's exact test
+    (one-sided) says it is not chance. Rows a failed canary handed to the champion count as the
+    champion's answers."""
+    if failures is None:
+        return CanaryCheck(name="error rate", status="skipped", note="no failure log was read")
+    failed = {arm: sum(f.rows for f in failures if f.role == arm and (
+        arm == CHAMPION or canary_version is None or f.model_version == canary_version)) for arm in (CANARY, CHAMPION)}
+    totals = {CANARY: len(canary) + failed[CANARY], CHAMPION: len(champion) + failed[CHAMPION]}
+    need = settings.canary_min_rows
+    if min(totals.values()) < need:
+        return _not_judged("error rate", min(totals.values()), need)
+    ours, theirs = failed[CANARY] / totals[CANARY], failed[CHAMPION] / totals[CHAMPION]
+    table = [[failed[CANARY], len(canary)], [failed[CHAMPION], len(champion)]]
+    p_value = float(stats.fisher_exact(table, alternative="greater").pvalue)
+    failing = ours - theirs > settings.canary_error_rate_margin and p_value < settings.canary_significance
+    return CanaryCheck(name="error rate", status="fail" if failing else "pass", canary=ours, champion=theirs,
+                       figures={"canary failed rows": float(failed[CANARY]),
+                                "champion failed rows": float(failed[CHAMPION]),
+                                "margin": settings.canary_error_rate_margin, "p": p_value})
 
 
 def _latency(canary: pd.DataFrame, champion: pd.DataFrame, settings: MonitoringSettings) -> CanaryCheck:
@@ -212,13 +233,14 @@ def _sized(name: str, canary: pd.DataFrame, champion: pd.DataFrame, need: int,
 
 
 def judge_canary(window: pd.DataFrame, labels: pd.DataFrame | None, settings: MonitoringSettings, *,
-                 positive: str, canary_version: str | None = None,
-                 references: References | None = None) -> CanaryVerdict:
+                 positive: str, canary_version: str | None = None, references: References | None = None,
+                 failures: list[FailureRecord] | None = None) -> CanaryVerdict:
     """Judge the window's canary rows (of ``canary_version`` when given) against its champion rows.
 
     ``labels``: (event_id, label) as :func:`monitoring.labels.read_labels` gives them, or None before
     any arrived; ``positive``: the decision that predicts a positive label (the contract's);
-    ``references``: the canary's and the champion's reference profiles, when both have one.
+    ``references``: the canary's and the champion's reference profiles, when both have one;
+    ``failures``: the failure log over the same time (None: not read, the error rate is skipped).
     """
     canary = window[window["role"] == CANARY]
     if canary_version is not None:
@@ -228,7 +250,7 @@ def judge_canary(window: pd.DataFrame, labels: pd.DataFrame | None, settings: Mo
     ours, theirs = (arm["probability"].to_numpy(dtype="float64") for arm in (canary, champion))
     our_flags, their_flags = ((arm["decision"] == positive).to_numpy() for arm in (canary, champion))
     checks = [
-        _error_rate(),
+        _error_rate(canary, champion, failures, canary_version, settings),
         _latency(canary, champion, settings),
         _sized("score distribution", canary, champion, need, lambda: _scores(ours, theirs, settings, references)),
         _sized("decision rate", canary, champion, need,
@@ -282,7 +304,8 @@ def run_canary(settings: MonitoringSettings, *, act: bool, actor: str) -> Canary
     window = read_window(log_dir(settings), WindowSpec(start=since))
     verdict = judge_canary(window, read_labels(settings.monitoring_dir), settings,
                            positive=load_contract(settings.contract_path).decisions.positive, canary_version=version,
-                           references=_references(settings, version, registry.alias_version(settings)))
+                           references=_references(settings, version, registry.alias_version(settings)),
+                           failures=read_failures(failure_dir(settings), start=since))
     metrics.publish(metrics.canary_registry(verdict, time.perf_counter() - started), metrics.CANARY_JOB,
                     settings.monitoring_dir, settings.pushgateway_url)
     reason = f"canary analysis: {verdict.reason}"

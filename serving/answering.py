@@ -4,13 +4,16 @@ predictions (/predict, /predict/batch) and the Open Inference Protocol's infer.
 Per batch, whatever the number of requests: one online-store read per view and one write (the
 requests recorded in order), one ONNX Runtime call per model (the champion, and the canary for
 the customers it takes), one prediction-log write. A request's own
-problem (an event time in the future) fails that request alone; a failure of the store, the model
-or the log fails every request of the batch, and none of them is answered with a 200.
+problem (an event time in the future) fails that request alone; a failure of the store, the
+champion's model or the log fails every request of the batch, and none of them is answered with a
+200. A canary that fails to score hands its rows to the champion and is logged as failed (the
+failure log, which the canary's error-rate check reads).
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import time
 from collections.abc import Sequence
@@ -22,12 +25,15 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from mlops.errors import InputError, MLOpsError
+from mlops.failure_log import FailureRecord, describe
 from mlops.prediction_log import PredictionInputs, PredictionRecord
 from serving.lifecycle import LoadedModel
-from serving.predictor import Predictor, prediction_record
+from serving.predictor import prediction_record
 
 if TYPE_CHECKING:
     from serving.state import ServiceState
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -82,8 +88,7 @@ async def answer_predictions(state: ServiceState, jobs: list[PredictJob]) -> lis
                 gathered = predictor.gather(requests, moments)
             else:
                 gathered = await run_in_threadpool(predictor.gather, requests, moments)
-            models = _models_for(state, loaded, gathered)
-            probabilities = _score_each(predictor, gathered, models)
+            probabilities, models = _score_each(state, gathered, _models_for(state, loaded, gathered), loaded)
             now = time.perf_counter()
             decisions = state.contract.decisions
             records = [[prediction_record(m, g, p, decisions=decisions, request_id=job.request_id,
@@ -143,17 +148,43 @@ def _models_for(state: ServiceState, champion: LoadedModel, gathered: list[Predi
     return [canary.loaded if canary.takes(g.entities[key]) else champion for g in gathered]
 
 
-def _score_each(predictor: Predictor, gathered: list[PredictionInputs], models: list[LoadedModel]) -> list[float]:
-    """Each row's probability from its own model: one ONNX Runtime call per model."""
-    groups: dict[int, list[int]] = {}
-    for index, model in enumerate(models):
-        groups.setdefault(id(model), []).append(index)
+def _score_each(state: ServiceState, gathered: list[PredictionInputs], models: list[LoadedModel],
+                champion: LoadedModel) -> tuple[list[float], list[LoadedModel]]:
+    """Each row's probability and the model that gave it: one ONNX Runtime call per model, the
+    champion's last. A canary that fails to score leaves its rows to the champion (the customer is
+    answered), its failure logged for the canary's error-rate check; a champion that fails fails the
+    batch, its failure logged too."""
+    predictor = state.require_predictor()
+    answered_by = list(models)
     probabilities = [0.0] * len(gathered)
-    for indices in groups.values():
-        scored = predictor.score(models[indices[0]], [gathered[i] for i in indices])
+    canaries = {id(m): m for m in models if m is not champion}
+    for model in [*canaries.values(), champion]:
+        indices = [i for i, m in enumerate(answered_by) if m is model]
+        if not indices:
+            continue
+        try:
+            scored = predictor.score(model, [gathered[i] for i in indices])
+        except Exception as exc:
+            _log_failure(state, model, "champion" if model is champion else "canary", len(indices), exc)
+            if model is champion:
+                raise
+            for index in indices:
+                answered_by[index] = champion
+            continue
         for index, probability in zip(indices, scored, strict=True):
             probabilities[index] = probability
-    return probabilities
+    return probabilities, answered_by
+
+
+def _log_failure(state: ServiceState, model: LoadedModel, role: str, rows: int, exc: Exception) -> None:
+    log.warning("%s v%s (%s) failed to score %d row(s): %s", model.served.name, model.served.version, role, rows,
+                describe(exc))
+    try:
+        state.failure_log.write([FailureRecord(logged_at=datetime.now(UTC), model_name=model.served.name,
+                                               model_version=model.served.version, role=role, rows=rows,
+                                               error=describe(exc))])
+    except OSError:  # the failure log is evidence, never a reason to fail a request
+        log.exception("the failure log could not be written")
 
 
 def _slices(sizes: Sequence[int]) -> list[slice]:

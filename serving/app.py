@@ -28,6 +28,7 @@ from starlette.concurrency import run_in_threadpool
 
 from feature_repo.online import open_online_features
 from mlops.contract import load_contract
+from mlops.failure_log import FailureLog, failure_dir
 from mlops.prediction_log import PredictionLog, log_dir
 from mlops.store_location import check_home_location
 from serving import admin, oip
@@ -123,7 +124,8 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
     metrics = ServiceMetrics()
     state = ServiceState(settings, contract, metrics,
                          ModelManager(settings, contract, settings.resolved_home / "serving", metrics),
-                         PredictionLog(log_dir(settings), fsync_interval_s=settings.prediction_log_fsync_interval_s))
+                         PredictionLog(log_dir(settings), fsync_interval_s=settings.prediction_log_fsync_interval_s),
+                         FailureLog(failure_dir(settings)))
     request_model = build_request_model(contract)
     response_model = build_response_model(contract)
     batch_request, batch_response = build_batch_models(request_model, response_model)

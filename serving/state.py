@@ -10,6 +10,7 @@ from typing import Any
 
 from mlops.contract import DataContract
 from mlops.errors import ModelNotReadyError
+from mlops.failure_log import FailureLog
 from mlops.prediction_log import PredictionInputs, PredictionLog
 from serving.answering import Inference, InferJob, PredictJob, answer_inference, answer_predictions
 from serving.batching import TurnBatcher
@@ -28,6 +29,7 @@ class ServiceState:
     metrics: ServiceMetrics
     manager: ModelManager
     prediction_log: PredictionLog
+    failure_log: FailureLog
     predictor: Predictor | None = None
     shadow_pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="shadow"))

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from mlops import registry
 from mlops.contract import DataContract
+from mlops.failure_log import FailureLog, FailureRecord, read_failures
 from mlops.prediction_log import PredictionLog, log_dir
 from mlops.reference_profile import ReferenceProfile, build_profile
 from mlops.registry_audit import read_verdicts
@@ -43,14 +44,20 @@ def _arms(frame: pd.DataFrame, contract: DataContract) -> tuple[pd.DataFrame, pd
 
 
 def _judge(tmp_path: Path, write_log: LogWriter, canary: pd.DataFrame, champion: pd.DataFrame,
-           labels: pd.DataFrame | None, references: References | None = None) -> CanaryVerdict:
+           labels: pd.DataFrame | None, references: References | None = None,
+           failed: dict[str, int] | None = None) -> CanaryVerdict:
+    """The arms judged with ``failed`` rows per role in the failure log (none by default)."""
     log = PredictionLog(tmp_path / "predictions")
     write_log(champion, log, version="1", logged_at=START)
     write_log(canary, log, version="2", logged_at=START, role="canary")
     log.close()
+    failures = FailureLog(tmp_path / "failures")
+    failures.write([FailureRecord(logged_at=START, model_name="card-transactions", model_version=version, role=role,
+                                  rows=rows, error="RuntimeException: indices element out of data bounds")
+                    for role, version in (("canary", "2"), ("champion", "1")) if (rows := (failed or {}).get(role))])
     window = read_window(tmp_path / "predictions", WindowSpec())
     return judge_canary(window, labels, MonitoringSettings(home=tmp_path), positive="fraud", canary_version="2",
-                        references=references)
+                        references=references, failures=read_failures(tmp_path / "failures"))
 
 
 def _labels(frame: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
@@ -73,10 +80,11 @@ def test_the_same_model_on_both_arms_waits_below_the_minimum_then_promotes(
     assert _check(early, "decision rate")["note"] == "not judged yet: 150 rows, needs 500"
     assert _check(early, "latency p99")["note"] == "not judged yet: 150 timed rows, needs 200"
     assert _check(early, "PR-AUC")["status"] == "not judged"
+    assert _check(early, "error rate")["note"] == "not judged yet: 150 rows, needs 500"
 
     unlabelled = _judge(tmp_path / "unlabelled", write_log, canary, champion, None)
     assert unlabelled.verdict == "wait"  # every other check passes, PR-AUC waits for labels
-    assert [c.status for c in unlabelled.checks] == ["skipped", "pass", "pass", "pass", "not judged"]
+    assert [c.status for c in unlabelled.checks] == ["pass", "pass", "pass", "pass", "not judged"]
 
     labelled = _judge(tmp_path / "labelled", write_log, canary, champion, _labels(window, contract))
     assert labelled.verdict == "promote", labelled.reason
@@ -85,7 +93,32 @@ def test_the_same_model_on_both_arms_waits_below_the_minimum_then_promotes(
     figures = pr_auc["figures"]
     assert isinstance(figures, dict)
     assert figures["99% low"] < figures["difference"] < figures["99% high"]
-    assert _check(labelled, "error rate")["status"] == "skipped"  # failed requests are not logged
+    assert _check(labelled, "error rate")["status"] == "pass"
+
+
+def test_a_canary_failing_rows_the_champion_does_not_rolls_back_on_the_error_rate(
+        tmp_path: Path, live: Traffic, write_log: LogWriter, contract: DataContract) -> None:
+    canary, champion = _arms(live("none"), contract)
+    three_percent = round(len(canary) * 0.03)
+
+    failing = _judge(tmp_path / "failing", write_log, canary, champion, None, failed={"canary": three_percent})
+    both = _judge(tmp_path / "both", write_log, canary, champion, None,
+                  failed={"canary": three_percent, "champion": round(len(champion) * 0.03)})
+    slightly = _judge(tmp_path / "slightly", write_log, canary, champion, None,
+                      failed={"canary": round(len(canary) * 0.005)})
+
+    check = _check(failing, "error rate")
+    assert check["status"] == "fail"
+    assert check["canary"] == pytest.approx(three_percent / (len(canary) + three_percent))
+    assert check["champion"] == 0.0
+    figures = check["figures"]
+    assert isinstance(figures, dict)
+    assert figures["canary failed rows"] == three_percent
+    assert figures["p"] < 0.01
+    assert failing.verdict == "roll back"
+    assert failing.reason.startswith("failing: error rate: fail")
+    assert _check(both, "error rate")["status"] == "pass"  # the same rate on both arms is not the canary's fault
+    assert _check(slightly, "error rate")["status"] == "pass"  # half a percent: within the 1 % margin
 
 
 def test_shifted_canary_scores_roll_back_naming_the_score_check_and_its_psi(
@@ -275,7 +308,7 @@ def test_canary_status_prints_one_line_per_check_and_changes_nothing(
     assert f'mlops_canary_verdict{{model_version="{candidate}"}} 0.0' in exported
     assert 'mlops_canary_check_status{check="PR-AUC"} 1.0' in exported
     assert 'mlops_canary_check_status{check="score distribution"} 0.0' in exported
-    assert 'mlops_canary_check_status{check="error rate"}' not in exported  # skipped: nothing to plot
+    assert 'mlops_canary_check_status{check="error rate"} 0.0' in exported  # no failure logged: passes
     mean = f'mlops_canary_check_value{{arm="canary",check="score distribution",model_version="{candidate}"}}'
     assert float(exported.split(mean)[1].split()[0]) == pytest.approx(canary["probability"].mean())
     assert f'mlops_canary_window_rows{{arm="champion",model_version="{champion}"}} {float(len(served))}' in exported

@@ -97,3 +97,14 @@ def predict_load(url: str, bodies: Callable[[int, int], dict[str, Any]], *, clie
         stop.set()
         for thread in threads:
             thread.join()
+
+
+def mlops(*args: str) -> str:
+    """``mlops ARGS`` run in this process; its output, once it has exited 0."""
+    from typer.testing import CliRunner
+
+    from mlops_cli.app import app
+
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output

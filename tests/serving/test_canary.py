@@ -17,13 +17,11 @@ import httpx
 import pandas as pd
 import pytest
 from served_platform import ServedPlatform, sample_body
-from service_process import ServiceProcess, predict_load, start_service
-from typer.testing import CliRunner
+from service_process import ServiceProcess, mlops, predict_load, start_service
 
 from mlops import registry
 from mlops.prediction_frame import read_prediction_frame
 from mlops.prediction_log import log_dir
-from mlops_cli.app import app as cli
 from monitoring.labels import join_labels, quality
 
 CUSTOMERS = 2_000
@@ -54,12 +52,6 @@ def served(platform_home: ServedPlatform, tmp_path_factory: pytest.TempPathFacto
         service.stop()
 
 
-def _mlops(*args: str) -> str:
-    result = CliRunner().invoke(cli, list(args))
-    assert result.exit_code == 0, result.output
-    return result.output
-
-
 def _wait_for(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -77,7 +69,7 @@ def _versions_of(served: Served, customers: list[str], prefix: str) -> list[str]
 
 def test_a_ten_percent_canary_takes_a_tenth_of_the_customers_each_always_on_its_side(served: Served) -> None:
     probe = [f"C-probe-{i}" for i in range(200)]
-    _mlops("model", "promote", served.candidate, "--canary", "10", "--reason", "try the candidate")
+    mlops("model", "promote", served.candidate, "--canary", "10", "--reason", "try the candidate")
     _wait_for(lambda: served.candidate in _versions_of(served, probe, f"T-probe-{time.monotonic_ns()}"))
 
     customers = [f"C-canary-{i % CUSTOMERS}" for i in range(REQUESTS)]
@@ -88,7 +80,7 @@ def test_a_ten_percent_canary_takes_a_tenth_of_the_customers_each_always_on_its_
         for customer, version in zip(chunk, _versions_of(served, chunk, f"T-share-{start}"), strict=True):
             sides[customer].add(version)
             counted[version] += 1
-    _mlops("model", "rollback", "--reason", "share measured")
+    mlops("model", "rollback", "--reason", "share measured")
 
     assert set(counted) == {served.champion, served.candidate}
     assert 0.08 <= counted[served.candidate] / REQUESTS <= 0.12
@@ -123,13 +115,13 @@ def test_canary_start_promotion_and_rollback_under_load_fail_no_request(served: 
                                                              "transaction_id": f"T-load-{worker}-{n}"},
                       clients=3) as answers:
         _wait_for(lambda: len(answers) > 20)
-        _mlops("model", "promote", served.candidate, "--canary", "30")
+        mlops("model", "promote", served.candidate, "--canary", "30")
         _wait_for(lambda: served.candidate in {v for _, v in answers[-30:]})
-        promoted = _mlops("model", "promote", served.candidate, "--reason", "canary held up")
+        promoted = mlops("model", "promote", served.candidate, "--reason", "canary held up")
         _wait_for(recent(served.candidate))
         stages = {v: str(registry.client(served.platform.settings).get_model_version(
             served.platform.settings.model_name, v).current_stage) for v in (served.champion, served.candidate)}
-        rolled_back = _mlops("model", "rollback", "--reason", "back for the next test")
+        rolled_back = mlops("model", "rollback", "--reason", "back for the next test")
         _wait_for(recent(served.champion))
 
     assert {status for status, _ in answers} == {200}
