@@ -6,8 +6,9 @@ import atexit
 import gc
 import sqlite3
 import sys
+import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -158,3 +159,13 @@ def settings(mlflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> PipelineSett
 def mlflow_global_writes(monkeypatch: pytest.MonkeyPatch) -> MlflowGlobalWrites:
     """Counts MLflow's global writes from here to the end of the test (the real functions still run)."""
     return count_global_writes(monkeypatch)
+
+
+@pytest.fixture
+def berlin_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The machine's local time zone is Berlin (UTC+1 in winter) for the test: nothing may depend on it."""
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()

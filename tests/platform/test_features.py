@@ -30,6 +30,7 @@ from mlops.features import (
     append_event,
     canonical_text,
     compute_features,
+    current_value_score,
     decode_history,
     empty_history,
     merge_histories,
@@ -709,6 +710,21 @@ def test_zscore_of_nearly_equal_large_values_has_no_cancellation(scored: DataCon
     naive = math.fsum(x * x for x in window) / 20 - (math.fsum(window) / 20) ** 2
     exact = float(sum(((Fraction(x) - sum(map(Fraction, window)) / 20) ** 2 for x in window), Fraction(0)) / 20)
     assert abs(naive - exact) > 1e-3 * exact  # what the naive formula would have served
+
+
+def test_zscore_variance_of_values_one_ulp_apart_is_the_exact_one() -> None:
+    """The window's mean 1 + 2/3 ulp rounds to 1 + 1 ulp, so the deviations from it do not sum to 0:
+    without the two-pass correction (their sum squared over n) the variance would be 1.5 times the
+    exact one. The numerator is the value's distance from the window's (rounded) mean."""
+    ulp = math.ulp(1.0)
+    window = [1.0, 1.0 + ulp, 1.0 + ulp]
+    exact = [Fraction(x) for x in window]
+    variance = float(sum(((x - sum(exact, Fraction(0)) / 3) ** 2 for x in exact), Fraction(0)) / 3)
+    mean = math.fsum(window) / 3
+    assert mean == 1.0 + ulp
+    for value in (1.0 + 4 * ulp, 1.0):
+        expected = (value - mean) / math.sqrt(variance)
+        assert current_value_score("zscore", value, window) == pytest.approx(expected, rel=1e-12)
 
 
 @pytest.mark.parametrize("family", ["current", "paired"])

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from mlops.contract import DataContract
@@ -170,6 +171,36 @@ def test_empty_csv_gives_zero_row_snapshot(tmp_path: Path, contract: DataContrac
     stored = pd.read_parquet(snapshot.path)
     assert len(stored) == 0
     assert list(stored.columns) == [c.name for c in contract.columns]
+    assert pq.read_schema(snapshot.path).names == list(stored.columns)  # no index column for other readers
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_a_header_without_rows_gives_a_zero_row_snapshot_of_its_columns(
+    tmp_path: Path, frame: pd.DataFrame, contract: DataContract, fmt: str
+) -> None:
+    source = tmp_path / f"header.{fmt}"
+    if fmt == "csv":
+        frame.head(0).to_csv(source, index=False)
+    else:
+        frame.head(0).to_parquet(source, index=False)
+    snapshot = ingest(str(source), tmp_path / "snapshots", contract)
+    _assert_snapshot(snapshot, source, tmp_path / "snapshots", 0)
+    assert pq.read_schema(snapshot.path).names == list(frame.columns)  # no index column for other readers
+
+
+def test_a_malformed_row_after_the_header_is_an_ingest_error_naming_the_source(
+    tmp_path: Path, frame: pd.DataFrame, contract: DataContract
+) -> None:
+    lines = frame.head(5).to_csv(index=False).splitlines()
+    lines[3] += ",1,2,3"  # three fields more than the header
+    source = tmp_path / "torn.csv"
+    source.write_text("\n".join(lines) + "\n")
+    with pytest.raises(IngestError) as info:
+        ingest(str(source), tmp_path / "snapshots", contract)
+    assert info.value.field == "source"
+    assert info.value.message.startswith(f"{source} is not readable csv: ")
+    assert "Expected" in info.value.message  # pandas' own reason: the field counts
+    assert not list((tmp_path / "snapshots").glob("*/meta.json"))
 
 
 def test_timestamps_are_parsed_to_utc(tmp_path: Path, contract: DataContract) -> None:

@@ -74,13 +74,15 @@ def test_a_column_whose_type_changes_between_chunks_takes_the_wider_type(
 ) -> None:
     data = frame.head(30).copy()
     data["amount"] = [float(i) for i in range(29)] + [2.5]  # whole numbers until the last chunk
-    data["merchant_id"] = [str(i) for i in range(29)] + ["M7"]  # digits until the last chunk
+    data["merchant_id"] = [f"{i:03d}" for i in range(29)] + ["M7"]  # digits until the last chunk
     source = tmp_path / "tx.csv"
     data.to_csv(source, index=False)
-    stored = pd.read_parquet(ingest(str(source), tmp_path / "snapshots", contract).path)
+    snapshot = ingest(str(source), tmp_path / "snapshots", contract)
+    stored = pd.read_parquet(snapshot.path)
+    assert snapshot.rows == len(stored) == 30  # rows of every chunk, counted once
     assert stored["amount"].dtype == "float64"
     assert stored["amount"].tolist() == data["amount"].tolist()
-    assert stored["merchant_id"].tolist() == data["merchant_id"].tolist()  # text as written, "0" stays "0"
+    assert stored["merchant_id"].tolist() == data["merchant_id"].tolist()  # text as written, "007" stays "007"
 
 
 @pytest.mark.usefixtures("small_chunks")

@@ -9,37 +9,17 @@ from pathlib import Path
 
 import onnx
 import pytest
+from mlflow_models import logged_model
 from mlflow_tags import delete_every_tag
-from onnx import TensorProto, helper
 
 from mlops import registry
 from mlops.errors import InputError, ModelNotReadyError, NotFoundError, PromotionConflictError, RegistryError
-from mlops.registry_client import activate
 from mlops.registry_records import VersionDecision, revise_decision
 from mlops.settings import Settings
 
 
-def _identity_model() -> onnx.ModelProto:
-    graph = helper.make_graph(
-        [helper.make_node("Identity", ["x"], ["probability"])], "identity",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch"])],
-        [helper.make_tensor_value_info("probability", TensorProto.FLOAT, ["batch"])],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
-
-
 def _decided(decision: str) -> VersionDecision:
     return VersionDecision(decision=decision, reason="test", candidate_f1=0.5, candidate_pr_auc=0.6)
-
-
-def _logged_model(settings: Settings) -> tuple[str, str]:
-    import mlflow.onnx
-
-    experiment_id = registry.ensure_experiment(settings)
-    activate(settings)  # log_model is fluent
-    with mlflow.start_run(experiment_id=experiment_id) as run:
-        info = mlflow.onnx.log_model(_identity_model(), name="model", pip_requirements=["onnxruntime"])
-    return info.model_uri, run.info.run_id
 
 
 def test_experiment_artifacts_live_under_home(settings: Settings) -> None:
@@ -73,8 +53,8 @@ def test_no_alias_means_not_ready(settings: Settings, tmp_path: Path) -> None:
 
 
 def test_promote_moves_alias_and_stage_and_archives_previous(settings: Settings, tmp_path: Path) -> None:
-    first_uri, first_run = _logged_model(settings)
-    second_uri, second_run = _logged_model(settings)
+    first_uri, first_run = logged_model(settings)
+    second_uri, second_run = logged_model(settings)
     v1 = registry.register_version(settings, first_uri, first_run, {}, _decided("promote"))
     v2 = registry.register_version(settings, second_uri, second_run, {}, _decided("promote"))
     assert (v1, v2) == ("1", "2")
@@ -101,14 +81,14 @@ def test_promote_moves_alias_and_stage_and_archives_previous(settings: Settings,
 
 
 def test_missing_version_is_not_found(settings: Settings, tmp_path: Path) -> None:
-    uri, run_id = _logged_model(settings)
+    uri, run_id = logged_model(settings)
     registry.register_version(settings, uri, run_id, {})
     with pytest.raises(NotFoundError, match="version 7 not found"):
         registry.download_version(settings, "7", tmp_path / "dl")
 
 
 def test_every_move_is_audited_and_rollback_returns_to_the_previous_version(settings: Settings) -> None:
-    uri, run_id = _logged_model(settings)
+    uri, run_id = logged_model(settings)
     v1, v2 = (registry.register_version(settings, uri, run_id, {}) for _ in range(2))
     registry.promote(settings, v1, expected=None, actor="alice", reason="first model")
     registry.promote(settings, v2, expected=v1, actor="bob", reason="better F1")
@@ -122,7 +102,7 @@ def test_every_move_is_audited_and_rollback_returns_to_the_previous_version(sett
 
 
 def test_rollback_follows_the_serving_alias_only(settings: Settings) -> None:
-    uri, run_id = _logged_model(settings)
+    uri, run_id = logged_model(settings)
     v1, v2, v3 = (registry.register_version(settings, uri, run_id, {}) for _ in range(3))
     registry.promote(settings, v1, expected=None, actor="alice")
     registry.promote(settings, v2, expected=v1, actor="bob")
@@ -136,7 +116,7 @@ def test_rollback_follows_the_serving_alias_only(settings: Settings) -> None:
 
 
 def test_rollback_of_another_alias_moves_that_alias_only(settings: Settings) -> None:
-    uri, run_id = _logged_model(settings)
+    uri, run_id = logged_model(settings)
     v1, v2, v3 = (registry.register_version(settings, uri, run_id, {}) for _ in range(3))
     registry.promote(settings, v1, expected=None, actor="alice")
     registry.promote(settings, v2, alias="challenger", expected=None, actor="bob")
@@ -149,7 +129,7 @@ def test_rollback_of_another_alias_moves_that_alias_only(settings: Settings) -> 
 
 
 def test_the_model_description_shows_every_move_newest_first(settings: Settings) -> None:
-    uri, run_id = _logged_model(settings)
+    uri, run_id = logged_model(settings)
     v1, v2 = (registry.register_version(settings, uri, run_id, {}) for _ in range(2))
     registry.promote(settings, v1, expected=None, actor="alice", reason="first model")
     registry.promote(settings, v2, expected=v1, actor="bob", reason="better F1 | margin 0.02")
@@ -162,7 +142,7 @@ def test_the_model_description_shows_every_move_newest_first(settings: Settings)
 
 
 def test_rollback_refuses_when_the_alias_moved_outside_the_audit(settings: Settings) -> None:
-    uri, run_id = _logged_model(settings)
+    uri, run_id = logged_model(settings)
     v1, v2, v3 = (registry.register_version(settings, uri, run_id, {}) for _ in range(3))
     registry.promote(settings, v1, expected=None, actor="alice")
     registry.promote(settings, v2, expected=v1, actor="bob")
@@ -175,7 +155,7 @@ def test_rollback_refuses_when_the_alias_moved_outside_the_audit(settings: Setti
 
 def test_store_refusals_are_registry_errors_and_a_missing_version_is_not_found(
         settings: Settings, tmp_path: Path) -> None:
-    uri, run_id = _logged_model(settings)
+    uri, run_id = logged_model(settings)
     registry.register_version(settings, uri, run_id, {})
     with pytest.raises(NotFoundError) as missing:
         registry.promote(settings, "9", actor="test")
@@ -195,14 +175,14 @@ def test_rollback_without_an_earlier_version_is_refused(settings: Settings) -> N
     refused = "alias 'production' has no earlier version to roll back to"
     with pytest.raises(PromotionConflictError, match=refused):  # nothing registered yet
         registry.rollback(settings, actor="test", reason="")
-    uri, run_id = _logged_model(settings)
+    uri, run_id = logged_model(settings)
     registry.promote(settings, registry.register_version(settings, uri, run_id, {}), expected=None, actor="test")
     with pytest.raises(PromotionConflictError, match=refused):  # the first model replaced none
         registry.rollback(settings, actor="test", reason="")
 
 
 def test_versions_are_listed_without_aliases_and_apart_from_other_models(settings: Settings) -> None:
-    uri, run_id = _logged_model(settings)
+    uri, run_id = logged_model(settings)
     # The tag says otherwise: the listing shows the recorded decision, tags are for the UI.
     version = registry.register_version(settings, uri, run_id, {"decision": "tagged"}, _decided("keep"))
     other = settings.model_copy(update={"model_name": "another-model"})
@@ -222,7 +202,7 @@ def test_versions_are_listed_without_aliases_and_apart_from_other_models(setting
 
 
 def test_a_stale_expectation_moves_nothing(settings: Settings) -> None:
-    uri, run_id = _logged_model(settings)
+    uri, run_id = logged_model(settings)
     v1, v2 = (registry.register_version(settings, uri, run_id, {}) for _ in range(2))
     registry.promote(settings, v1, expected=None, actor="test")
 
@@ -257,7 +237,7 @@ def _stage(settings: Settings, version: str) -> str:
 
 
 def test_a_canary_is_staged_shared_then_promoted_and_the_previous_version_archived(settings: Settings) -> None:
-    uri, run_id = _logged_model(settings)
+    uri, run_id = logged_model(settings)
     v1, v2 = (registry.register_version(settings, uri, run_id, {}) for _ in range(2))
     registry.promote(settings, v1, expected=None, actor="alice")
 
@@ -275,7 +255,7 @@ def test_a_canary_is_staged_shared_then_promoted_and_the_previous_version_archiv
 
 
 def test_rollback_during_a_canary_ends_it_and_leaves_production(settings: Settings) -> None:
-    uri, run_id = _logged_model(settings)
+    uri, run_id = logged_model(settings)
     v1, v2 = (registry.register_version(settings, uri, run_id, {}) for _ in range(2))
     registry.promote(settings, v1, expected=None, actor="alice")
     registry.start_canary(settings, v2, 10, actor="bob", reason="")
@@ -288,7 +268,7 @@ def test_rollback_during_a_canary_ends_it_and_leaves_production(settings: Settin
 
 
 def test_a_later_verdict_replaces_the_recorded_decision_and_keeps_its_figures(settings: Settings) -> None:
-    uri, run_id = _logged_model(settings)
+    uri, run_id = logged_model(settings)
     decided = registry.register_version(settings, uri, run_id, {}, _decided("promote"))
     undecided = registry.register_version(settings, uri, run_id, {})
     revise_decision(settings, decided, "reject", "canary analysis: failing")
@@ -300,7 +280,7 @@ def test_a_later_verdict_replaces_the_recorded_decision_and_keeps_its_figures(se
 
 
 def test_rollback_decides_from_the_recorded_moves_with_every_tag_deleted(settings: Settings) -> None:
-    uri, run_id = _logged_model(settings)
+    uri, run_id = logged_model(settings)
     v1, v2 = (registry.register_version(settings, uri, run_id, {}) for _ in range(2))
     registry.promote(settings, v1, expected=None, actor="alice", reason="first")
     registry.promote(settings, v2, expected=v1, actor="bob", reason="better | by far")
@@ -315,7 +295,7 @@ def test_rollback_decides_from_the_recorded_moves_with_every_tag_deleted(setting
 
 
 def test_the_canary_share_is_the_recorded_one_not_the_tag(settings: Settings) -> None:
-    uri, run_id = _logged_model(settings)  # every version from one run: each version's share apart
+    uri, run_id = logged_model(settings)  # every version from one run: each version's share apart
     v1, v2, v3 = (registry.register_version(settings, uri, run_id, {}) for _ in range(3))
     registry.promote(settings, v1, expected=None, actor="alice")
     registry.start_canary(settings, v2, 10, actor="bob", reason="")
@@ -330,7 +310,7 @@ def test_the_canary_share_is_the_recorded_one_not_the_tag(settings: Settings) ->
 
 @pytest.mark.parametrize("percent", [0, 100, -5])
 def test_a_canary_share_outside_0_to_100_is_refused(settings: Settings, percent: float) -> None:
-    uri, run_id = _logged_model(settings)
+    uri, run_id = logged_model(settings)
     v1, v2 = (registry.register_version(settings, uri, run_id, {}) for _ in range(2))
     registry.promote(settings, v1, expected=None, actor="alice")
     with pytest.raises(InputError, match="between 0 and 100"):
@@ -339,7 +319,7 @@ def test_a_canary_share_outside_0_to_100_is_refused(settings: Settings, percent:
 
 
 def test_the_production_version_cannot_be_its_own_canary(settings: Settings) -> None:
-    uri, run_id = _logged_model(settings)
+    uri, run_id = logged_model(settings)
     v1 = registry.register_version(settings, uri, run_id, {})
     registry.promote(settings, v1, expected=None, actor="alice")
     with pytest.raises(PromotionConflictError, match="already holds"):
@@ -347,7 +327,7 @@ def test_the_production_version_cannot_be_its_own_canary(settings: Settings) -> 
 
 
 def test_staging_moves_the_stage_with_the_alias(settings: Settings) -> None:
-    uri, run_id = _logged_model(settings)
+    uri, run_id = logged_model(settings)
     v1 = registry.register_version(settings, uri, run_id, {})
     registry.promote(settings, v1, alias=registry.STAGING_ALIAS, actor="pipeline")
     assert (registry.aliases(settings), _stage(settings, v1)) == ({"staging": v1}, "Staging")

@@ -7,9 +7,7 @@ these tests run in about a second, so `make mutation` can run them per mutant.
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -267,16 +265,6 @@ def test_the_timings_observed_are_the_calls_durations(
     assert all(0.0 < seconds < 10.0 for seconds in spent), spent
 
 
-@pytest.fixture
-def berlin_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The machine's local time zone is Berlin: nothing may depend on it."""
-    monkeypatch.setenv("TZ", "Europe/Berlin")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
-
-
 def test_event_time_rules(predictor: Predictor, request_model: type[BaseModel], berlin_clock: None) -> None:
     received = datetime.now(UTC)
     now = _gather(predictor, _request(request_model, event_timestamp=None)).event_timestamp
@@ -296,3 +284,33 @@ def test_event_time_rules(predictor: Predictor, request_model: type[BaseModel], 
     assert raised.value.field == "event_timestamp"
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
     assert _gather(predictor, _request(request_model, event_timestamp=epoch)).event_timestamp == epoch
+
+
+def test_an_integer_id_is_answered_as_the_integer_it_was_asked_as(loaded: LoadedModel, tmp_path: Path) -> None:
+    """The terminal contract's ids are ints: they travel as text (the log, the store) and come back as ints."""
+    import pandas as pd
+
+    from mlops.contract import load_contract
+    from mlops.settings import BUNDLED_CONTRACT
+
+    terminals = load_contract(BUNDLED_CONTRACT.parent / "terminals.yaml")
+    settings = Settings(home=tmp_path)
+    seed = {"TRANSACTION_ID": 1, "TX_DATETIME": WHEN, "CUSTOMER_ID": 1, "TERMINAL_ID": 1, "TX_AMOUNT": 1.0,
+            "TX_FRAUD": 0}
+    publish_features(pd.DataFrame([seed]), terminals, settings)
+    online = open_online_features(settings, terminals)
+    try:
+        predictor = Predictor(terminals, online, ServiceMetrics(), max_clock_skew=SKEW)
+        big = 2**53 + 1  # not exact as a float: the answer must not pass through one
+        request = build_request_model(terminals).model_validate(
+            {"TRANSACTION_ID": big, "TX_DATETIME": WHEN.isoformat(), "CUSTOMER_ID": 7, "TERMINAL_ID": 9,
+             "TX_AMOUNT": 0.25})
+        [gathered] = predictor.gather([request], predictor.event_times([request]))
+    finally:
+        online.close()
+    record = prediction_record(loaded, gathered, 0.25, decisions=terminals.decisions, request_id="r", latency_s=None)
+    answer = predictor.answer(loaded, record)
+    assert (record.event_id, gathered.entities) == (str(big), {"CUSTOMER_ID": "7", "TERMINAL_ID": "9"})
+    assert answer["TRANSACTION_ID"] == big
+    assert type(answer["TRANSACTION_ID"]) is int
+    assert answer["decision"] == "genuine"

@@ -1,0 +1,123 @@
+"""Feature histories by hand, on the terminal-payments contract (integer ids, a view with label
+features): the labels materialization brings to an online history, stored histories with labels
+read back in order, and integer keys compared as their digits whatever type a request carries."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+
+import pandas as pd
+import pytest
+import yaml
+
+from mlops.contract import DataContract, FeatureViewSpec
+from mlops.feature_replay import replay_features
+from mlops.features import (
+    History,
+    append_event,
+    canonical_text,
+    compute_features,
+    decode_history,
+    empty_history,
+    merge_histories,
+    to_micros,
+)
+from mlops.settings import BUNDLED_CONTRACT
+
+BASE = datetime(2026, 3, 2, 22, 0, tzinfo=UTC)
+HOUR = 3_600_000_000
+# The card's variety of terminals and whether it met this one, read from the integer TERMINAL_ID.
+TERMINAL_FEATURES = [
+    {"name": "customer_terminals_1d", "agg": "distinct_count", "column": "TERMINAL_ID", "window": "1d"},
+    {"name": "customer_met_terminal_7d", "agg": "pair_seen", "column": "TERMINAL_ID", "window": "7d"},
+]
+
+
+@pytest.fixture(scope="module")
+def terminals() -> DataContract:
+    raw = yaml.safe_load((BUNDLED_CONTRACT.parent / "terminals.yaml").read_text())
+    raw["feature_views"][0]["features"] += TERMINAL_FEATURES
+    return DataContract.model_validate(raw)
+
+
+def _views(contract: DataContract) -> tuple[FeatureViewSpec, FeatureViewSpec]:
+    customer, terminal = contract.feature_views
+    assert (customer.text_columns, customer.uses_labels) == (["TERMINAL_ID"], False)
+    assert (terminal.value_columns, terminal.uses_labels) == ([], True)
+    return customer, terminal
+
+
+def _labelled(view: FeatureViewSpec, events: list[tuple[str, int, float | None]]) -> History:
+    """A label view's history of (id, time, label or None: not delivered) events."""
+    history = empty_history(view)
+    for event_id, t_us, label in events:
+        appended = append_event(view, history, event_id, t_us, {}, label)
+        assert appended is not None
+        history = appended
+    return history
+
+
+def _labels(history: History) -> list[float | None]:
+    return [None if math.isnan(label) else label for label in history.labels]
+
+
+def test_materializing_brings_the_labels_the_online_history_does_not_know(terminals: DataContract) -> None:
+    _, view = _views(terminals)
+    t0 = to_micros(BASE)
+    # Served online: no label for "a" and "c" yet, "b" delivered as legit.
+    online = _labelled(view, [("a", t0, None), ("b", t0 + HOUR, 0.0), ("c", t0 + 2 * HOUR, None)])
+    # The offline table knows an older event and the labels of "a" and "b" (b's differs), not c's.
+    offline = _labelled(view, [("z", t0 - HOUR, 1.0), ("a", t0, 1.0), ("b", t0 + HOUR, 1.0),
+                               ("c", t0 + 2 * HOUR, None)])
+    merged = merge_histories(view, online, offline)
+    assert merged.ids == ("z", "a", "b", "c")
+    assert _labels(merged) == [1.0, 1.0, 0.0, None]  # b keeps the label delivered online
+    # terminal_fraud_count_1d at t counts the delivered frauds of [t - 8 d, t - 7 d): z and a.
+    moment, own = BASE + timedelta(days=7, hours=3), {"TX_AMOUNT": 5.0, "TERMINAL_ID": 7}
+    assert compute_features(terminals, {view.view_name: merged}, moment, own)["terminal_fraud_count_1d"] == 2.0
+    assert compute_features(terminals, {view.view_name: online}, moment, own)["terminal_fraud_count_1d"] == 0.0
+    assert merge_histories(view, merged, offline) == merged  # materializing again changes nothing
+    assert merge_histories(view, online, empty_history(view)) == online
+
+
+def test_merging_nothing_gives_nothing_whatever_the_view_keeps(terminals: DataContract) -> None:
+    for view in _views(terminals):  # one keeps texts, the other labels
+        assert merge_histories(view, empty_history(view), empty_history(view)) == empty_history(view)
+
+
+def test_a_stored_labelled_history_reads_back_in_time_then_id_order(terminals: DataContract) -> None:
+    _, view = _views(terminals)
+    # Written out of order, the two events of instant 20 in reverse id order; a's label not delivered.
+    history = decode_history(view, '{"ids":["c","b","a"],"times":[20,20,10],"values":{},"labels":[0,1,null]}')
+    assert (history.ids, history.times, _labels(history)) == (("a", "b", "c"), (10, 20, 20), [None, 1.0, 0.0])
+    again = decode_history(view, history.encode(view))
+    assert (again.ids, again.times, _labels(again)) == (history.ids, history.times, _labels(history))
+    # Written before the view had label features: every label is unknown.
+    older = decode_history(view, '{"ids":["a","b"],"times":[10,20],"values":{}}')
+    assert (older.ids, _labels(older)) == (("a", "b"), [None, None])
+
+
+def test_integer_keys_are_met_as_their_digits(terminals: DataContract) -> None:
+    customer, _ = _views(terminals)
+    # Read from Parquet with a missing value elsewhere, the int column is float64: 7.0 is terminal 7.
+    frame = pd.DataFrame({"TRANSACTION_ID": [1, 2, 3], "CUSTOMER_ID": [5, 5, 5],
+                          "TX_DATETIME": [BASE, BASE + timedelta(hours=1), BASE + timedelta(hours=2)],
+                          "TERMINAL_ID": [7.0, 8.0, 7.0], "TX_AMOUNT": [5.0, 5.0, 5.0], "TX_FRAUD": [0, 0, 0]})
+    replayed = replay_features(frame, terminals)
+    assert replayed["customer_terminals_1d"].tolist() == [0.0, 1.0, 2.0]
+    assert replayed["customer_met_terminal_7d"].tolist() == [0.0, 0.0, 1.0]
+    history = empty_history(customer)
+    for event_id, hours, terminal in (("1", 0, 7), ("2", 1, 8)):  # written from an int64 column
+        appended = append_event(customer, history, event_id, to_micros(BASE) + hours * HOUR, {"TX_AMOUNT": 5.0},
+                                texts={"TERMINAL_ID": canonical_text(terminal, "int")})
+        assert appended is not None
+        history = appended
+    assert history.texts["TERMINAL_ID"] == ("7", "8")
+    later = BASE + timedelta(hours=2)
+    for own, met in ((7, 1.0), (7.0, 1.0), ("7", 1.0), (9, 0.0), (None, 0.0), (math.nan, 0.0)):
+        features = compute_features(terminals, {customer.view_name: history}, later,
+                                    {"TX_AMOUNT": 5.0, "TERMINAL_ID": own})
+        assert (features["customer_met_terminal_7d"], features["customer_terminals_1d"]) == (met, 2.0), own
+    with pytest.raises(ValueError, match="'TERMINAL_ID': pass the event's own values as current"):
+        compute_features(terminals, {customer.view_name: history}, later, {"TX_AMOUNT": 5.0})
