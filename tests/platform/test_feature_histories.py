@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from mlops.contract import DataContract, FeatureViewSpec
+from mlops.contract import DataContract, FeatureSpec, FeatureViewSpec
 from mlops.feature_replay import replay_features
 from mlops.features import (
     History,
@@ -21,6 +21,7 @@ from mlops.features import (
     decode_history,
     empty_history,
     merge_histories,
+    set_labels,
     to_micros,
 )
 from mlops.settings import BUNDLED_CONTRACT
@@ -121,3 +122,25 @@ def test_integer_keys_are_met_as_their_digits(terminals: DataContract) -> None:
         assert (features["customer_met_terminal_7d"], features["customer_terminals_1d"]) == (met, 2.0), own
     with pytest.raises(ValueError, match="'TERMINAL_ID': pass the event's own values as current"):
         compute_features(terminals, {customer.view_name: history}, later, {"TX_AMOUNT": 5.0})
+
+
+def test_delivered_labels_change_a_history_once_and_keep_its_values_and_texts() -> None:
+    """What ``mlops labels ingest`` writes back: None (nothing to write) for a label delivered again,
+    an event no longer kept or a view without label features."""
+    view = FeatureViewSpec(entity="customer", features=(
+        FeatureSpec(name="amount_sum_1h", agg="sum", column="amount", window="1h"),
+        FeatureSpec(name="merchants_1d", agg="distinct_count", column="merchant_id", window="1d"),
+        FeatureSpec(name="fraud_count_1d", agg="label_count", window="1d", delay="1h")))
+    history = empty_history(view)
+    for event_id, t_us, amount, merchant in (("a", 10, 2.0, "m1"), ("b", 20, 3.0, "m2")):
+        appended = append_event(view, history, event_id, t_us, {"amount": amount}, None, {"merchant_id": merchant})
+        assert appended is not None
+        history = appended
+    labelled = set_labels(view, history, {"a": 1, "gone": 0.0})
+    assert labelled is not None
+    assert (labelled.ids, labelled.times, _labels(labelled)) == (("a", "b"), (10, 20), [1.0, None])
+    assert (dict(labelled.values), dict(labelled.texts)) == ({"amount": (2.0, 3.0)}, {"merchant_id": ("m1", "m2")})
+    assert set_labels(view, labelled, {"a": 1.0}) is None  # delivered again
+    assert set_labels(view, labelled, {"gone": 1.0}) is None  # no longer kept
+    unlabelled = FeatureViewSpec(entity="customer", features=view.features[:1])
+    assert set_labels(unlabelled, empty_history(unlabelled), {"a": 1.0}) is None

@@ -313,8 +313,9 @@ def test_a_canary_share_outside_0_to_100_is_refused(settings: Settings, percent:
     uri, run_id = logged_model(settings)
     v1, v2 = (registry.register_version(settings, uri, run_id, {}) for _ in range(2))
     registry.promote(settings, v1, expected=None, actor="alice")
-    with pytest.raises(InputError, match="between 0 and 100"):
+    with pytest.raises(InputError, match="between 0 and 100") as refused:
         registry.start_canary(settings, v2, percent, actor="bob", reason="")
+    assert refused.value.field == "canary"  # the CLI option and the API field that were wrong
     assert registry.canary(settings) is None
 
 

@@ -115,6 +115,16 @@ def test_an_experiment_made_before_the_runs_view_gets_it_and_a_new_one_has_the_t
                                                                                  registry.RUNS_VIEW)
 
 
+def test_a_file_store_keeps_the_artifacts_under_home_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 opens a file store only when asked to
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    (tmp_path / "mlruns").mkdir()
+    settings = Settings(home=tmp_path / "home", tracking_uri=f"file://{tmp_path}/mlruns")
+    experiment_id = registry.ensure_experiment(settings)
+    location = registry.client(settings).get_experiment(experiment_id).artifact_location
+    assert location == settings.artifact_root.as_uri()
+
+
 def test_a_version_carries_its_run_and_the_given_tags_for_the_ui(settings: Settings) -> None:
     uri, run_id = logged_model(settings)
     decided = VersionDecision(decision="keep", reason="test", candidate_f1=0.5, candidate_pr_auc=0.625)
