@@ -4,10 +4,13 @@ prediction log, check by check, into one verdict: promote, roll back or wait.
 Checks: error rate (the failure log's rows each arm failed to score beside its answered rows),
 latency p99, score distribution (PSI and KS of the probabilities), positive
 decision rate and, once labels have arrived, PR-AUC with a bootstrap interval of the difference.
-The arms serve different customers (the canary is sticky per customer), so the interval resamples
-each arm on its own (unpaired). A check below its minimum sample is "not judged yet"; a difference
-fails only when it is both material (past a margin) and not chance (past the significance level),
-so two arms of one model do not fail by noise.
+The arms serve different customers (the canary is sticky per customer), so the service also scores
+the canary's rows with the champion off the response path (role ``champion-paired``): the PR-AUC
+interval is a paired bootstrap over the canary's labelled rows, both models' scores resampled
+together; without enough such rows (a log from before), each arm is resampled on its own
+(unpaired). A check below its minimum sample is "not judged yet"; a difference fails only when it
+is both material (past a margin) and not chance (past the significance level), so two arms of one
+model do not fail by noise.
 
 Two different models score the same traffic differently by design (a better one is sharper, its
 threshold elsewhere), and evaluate has already judged that difference on held-out data. So when
@@ -36,12 +39,12 @@ from mlops import registry
 from mlops.contract import load_contract
 from mlops.errors import InputError, NotFoundError
 from mlops.failure_log import FailureRecord, failure_dir, read_failures
-from mlops.prediction_log import log_dir
+from mlops.prediction_log import PAIRED_ROLE, log_dir
 from mlops.reference_profile import ReferenceProfile
 from mlops.registry_audit import VerdictRecord, record_verdict
 from mlops.registry_records import canary_started, revise_decision
 from monitoring import metrics
-from monitoring.labels import LABEL, average_precision, join_labels, read_labels
+from monitoring.labels import ID, LABEL, average_precision, join_labels, read_labels
 from monitoring.references import fetch_profile
 from monitoring.settings import MonitoringSettings
 from monitoring.stats import binomial_p, ks_p, psi_binned, psi_from_counts
@@ -206,7 +209,23 @@ def _bootstrap_pr_auc(labels: np.ndarray, scores: np.ndarray, rng: np.random.Gen
     return np.array([average_precision(labels[d], scores[d]) for d in draws])
 
 
-def _pr_auc(canary: pd.DataFrame, champion: pd.DataFrame, settings: MonitoringSettings) -> CanaryCheck:
+def _pr_auc(canary: pd.DataFrame, champion: pd.DataFrame, paired: pd.DataFrame,
+            settings: MonitoringSettings) -> CanaryCheck:
+    """PR-AUC of canary minus champion with a bootstrap interval: paired, on the canary's labelled rows
+    both models scored (the champion's score logged beside the canary's answer), when there are
+    enough of them; else unpaired, each arm's own rows resampled on their own."""
+    both = canary[[ID, LABEL, "probability"]].merge(
+        paired[[ID, "probability"]].drop_duplicates(ID, keep="last"), on=ID, suffixes=("", "_champion"))
+    if len(both) >= settings.canary_min_labelled and int(both[LABEL].sum()) >= settings.canary_min_positives:
+        labels = both[LABEL].to_numpy(dtype="int64")
+        ours_scores, theirs_scores = (both[c].to_numpy(dtype="float64")
+                                      for c in ("probability", "probability_champion"))
+        draws = np.random.default_rng(_SEED).integers(0, labels.size, size=(_BOOTSTRAP_DRAWS, labels.size))
+        differences = np.array([average_precision(labels[d], ours_scores[d])
+                                - average_precision(labels[d], theirs_scores[d]) for d in draws])
+        return _pr_auc_check(average_precision(labels, ours_scores), average_precision(labels, theirs_scores),
+                             differences, settings, {"paired rows": float(labels.size)},
+                             f"paired: both models' scores of the canary's {labels.size} labelled rows")
     labelled = min(len(canary), len(champion))
     positives = min(int(canary[LABEL].sum()), int(champion[LABEL].sum()))
     if labelled < settings.canary_min_labelled:
@@ -215,15 +234,20 @@ def _pr_auc(canary: pd.DataFrame, champion: pd.DataFrame, settings: MonitoringSe
         return _not_judged("PR-AUC", positives, settings.canary_min_positives, "positive labels")
     arms = [(arm[LABEL].to_numpy(dtype="int64"), arm["probability"].to_numpy(dtype="float64"))
             for arm in (canary, champion)]
-    ours, theirs = (average_precision(*arm) for arm in arms)
     rng = np.random.default_rng(_SEED)
     differences = _bootstrap_pr_auc(*arms[0], rng) - _bootstrap_pr_auc(*arms[1], rng)
+    return _pr_auc_check(average_precision(*arms[0]), average_precision(*arms[1]), differences, settings, {},
+                         "unpaired: too few of the canary's rows have the champion's score beside them")
+
+
+def _pr_auc_check(ours: float, theirs: float, differences: np.ndarray, settings: MonitoringSettings,
+                  extra: dict[str, float], note: str) -> CanaryCheck:
     alpha = settings.canary_significance
     low, high = (float(q) for q in np.quantile(differences, [alpha / 2, 1 - alpha / 2]))
     failing = high < -settings.canary_pr_auc_margin
     return CanaryCheck(name="PR-AUC", status="fail" if failing else "pass", canary=ours, champion=theirs,
                        figures={"difference": ours - theirs, f"{1 - alpha:.0%} low": low, f"{1 - alpha:.0%} high": high,
-                                "margin": settings.canary_pr_auc_margin})
+                                "margin": settings.canary_pr_auc_margin, **extra}, note=note)
 
 
 def _sized(name: str, canary: pd.DataFrame, champion: pd.DataFrame, need: int,
@@ -246,6 +270,7 @@ def judge_canary(window: pd.DataFrame, labels: pd.DataFrame | None, settings: Mo
     if canary_version is not None:
         canary = canary[canary["model_version"] == canary_version]
     champion = window[window["role"] == CHAMPION]
+    paired = window[(window["role"] == PAIRED_ROLE) & window["model_version"].isin(set(champion["model_version"]))]
     need = settings.canary_min_rows
     ours, theirs = (arm["probability"].to_numpy(dtype="float64") for arm in (canary, champion))
     our_flags, their_flags = ((arm["decision"] == positive).to_numpy() for arm in (canary, champion))
@@ -255,7 +280,8 @@ def judge_canary(window: pd.DataFrame, labels: pd.DataFrame | None, settings: Mo
         _sized("score distribution", canary, champion, need, lambda: _scores(ours, theirs, settings, references)),
         _sized("decision rate", canary, champion, need,
                lambda: _decision_rate(our_flags, their_flags, settings, references)),
-        _pr_auc(join_labels(canary, labels), join_labels(champion, labels), settings) if labels is not None
+        _pr_auc(join_labels(canary, labels), join_labels(champion, labels), join_labels(paired, labels), settings)
+        if labels is not None
         else _not_judged("PR-AUC", 0, settings.canary_min_labelled, "labelled rows"),
     ]
     failing = [c for c in checks if c.status == "fail"]

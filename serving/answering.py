@@ -101,6 +101,8 @@ async def answer_predictions(state: ServiceState, jobs: list[PredictJob]) -> lis
         else:
             for (index, job), part, job_records in zip(accepted, parts, records, strict=True):
                 state.shadow(gathered[part], job.request_id)
+                state.pair(loaded, [g for g, m in zip(gathered[part], models[part], strict=True) if m is not loaded],
+                           job.request_id)
                 results[index] = [predictor.answer(m, record)
                                   for m, record in zip(models[part], job_records, strict=True)]
     return [results[index] for index in range(len(jobs))]

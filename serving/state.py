@@ -11,7 +11,7 @@ from typing import Any
 from mlops.contract import DataContract
 from mlops.errors import ModelNotReadyError
 from mlops.failure_log import FailureLog
-from mlops.prediction_log import PredictionInputs, PredictionLog
+from mlops.prediction_log import PAIRED_ROLE, PredictionInputs, PredictionLog
 from serving.answering import Inference, InferJob, PredictJob, answer_inference, answer_predictions
 from serving.batching import TurnBatcher
 from serving.lifecycle import LoadedModel, ModelManager
@@ -51,15 +51,20 @@ class ServiceState:
         challenger = self.manager.challenger
         if challenger is None or self.predictor is None:
             return
-        self.shadow_pool.submit(self._score_challenger, challenger, gathered, request_id)
+        self.shadow_pool.submit(self._score_shadow, challenger, gathered, request_id, "challenger")
 
-    def _score_challenger(self, challenger: LoadedModel, gathered: list[PredictionInputs], request_id: str) -> None:
+    def pair(self, champion: LoadedModel, gathered: list[PredictionInputs], request_id: str) -> None:
+        """Score the champion, off the response path, on the rows the canary answered, logged as role
+        ``champion-paired``: the canary analysis compares PR-AUC on the same rows (a paired bootstrap)."""
+        if gathered:
+            self.shadow_pool.submit(self._score_shadow, champion, gathered, request_id, PAIRED_ROLE)
+
+    def _score_shadow(self, model: LoadedModel, gathered: list[PredictionInputs], request_id: str, role: str) -> None:
         try:
             rows = [{**g.inputs, **g.features} for g in gathered]
-            probabilities = challenger.model.predict_proba(rows)
-            self.prediction_log.write([prediction_record(challenger, g, float(p), decisions=self.contract.decisions,
-                                                         request_id=request_id,
-                                                         latency_s=None, role="challenger")
+            probabilities = model.model.predict_proba(rows)
+            self.prediction_log.write([prediction_record(model, g, float(p), decisions=self.contract.decisions,
+                                                         request_id=request_id, latency_s=None, role=role)
                                        for g, p in zip(gathered, probabilities, strict=True)])
-        except Exception:  # the shadow model must never disturb the champion's service (a failed log write included)
-            log.exception("challenger scoring failed")
+        except Exception:  # a shadow score must never disturb the service (a failed log write included)
+            log.exception("%s scoring failed", role)

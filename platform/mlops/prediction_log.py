@@ -68,8 +68,12 @@ class PredictionRecord(PredictionInputs):
     model_version: str
     request_id: str = ""
     latency_s: float | None = None
-    role: str = "champion"  # "challenger" for shadow scores logged beside the champion's
+    role: str = "champion"  # "challenger" / PAIRED_ROLE for shadow scores logged beside the answer
 
+
+# The champion's score, off the response path, of a row the canary answered: the canary analysis
+# compares PR-AUC on the same rows (a paired bootstrap).
+PAIRED_ROLE = "champion-paired"
 
 # The plain columns in their order on disk (existing segments have it), before the nested ones.
 PLAIN_FIELDS = ("event_id", "event_timestamp", "logged_at", "unknown_entities", "unknown_categories",

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from mlops import registry
 from mlops.contract import DataContract
 from mlops.failure_log import FailureLog, FailureRecord, read_failures
-from mlops.prediction_log import PredictionLog, log_dir
+from mlops.prediction_log import PAIRED_ROLE, PredictionLog, log_dir
 from mlops.reference_profile import ReferenceProfile, build_profile
 from mlops.registry_audit import read_verdicts
 from mlops_cli.app import app
@@ -45,11 +45,14 @@ def _arms(frame: pd.DataFrame, contract: DataContract) -> tuple[pd.DataFrame, pd
 
 def _judge(tmp_path: Path, write_log: LogWriter, canary: pd.DataFrame, champion: pd.DataFrame,
            labels: pd.DataFrame | None, references: References | None = None,
-           failed: dict[str, int] | None = None) -> CanaryVerdict:
-    """The arms judged with ``failed`` rows per role in the failure log (none by default)."""
+           failed: dict[str, int] | None = None, paired: pd.DataFrame | None = None) -> CanaryVerdict:
+    """The arms judged with ``failed`` rows per role in the failure log (none by default); ``paired``:
+    the champion's scores of the canary's rows, logged as the service logs them."""
     log = PredictionLog(tmp_path / "predictions")
     write_log(champion, log, version="1", logged_at=START)
     write_log(canary, log, version="2", logged_at=START, role="canary")
+    if paired is not None:
+        write_log(paired, log, version="1", logged_at=START, role=PAIRED_ROLE)
     log.close()
     failures = FailureLog(tmp_path / "failures")
     failures.write([FailureRecord(logged_at=START, model_name="card-transactions", model_version=version, role=role,
@@ -179,6 +182,35 @@ def test_a_much_worse_canary_rolls_back_on_pr_auc_with_its_interval_once_labels_
     assert pr_auc["canary"] < pr_auc["champion"]  # type: ignore[operator]
     assert after.reason.startswith("failing: PR-AUC: fail")
     assert f"99% high {figures['99% high']:.4g}" in after.reason
+
+
+def test_the_champions_scores_of_the_canarys_rows_pair_the_pr_auc_interval(
+        tmp_path: Path, live: Traffic, write_log: LogWriter, contract: DataContract) -> None:
+    window = live("none")
+    canary, champion = _arms(window, contract)
+    labels = _labels(window, contract)
+    rng = np.random.default_rng(5)
+    blind = canary.assign(probability=rng.permutation(canary["probability"].to_numpy()))
+
+    unpaired = _judge(tmp_path / "unpaired", write_log, canary, champion, labels)
+    same = _judge(tmp_path / "same", write_log, canary, champion, labels, paired=canary)
+    worse = _judge(tmp_path / "worse", write_log, blind, champion, labels, paired=canary)
+
+    alone, together = _check(unpaired, "PR-AUC"), _check(same, "PR-AUC")
+    assert str(alone["note"]).startswith("unpaired")
+    assert together["note"] == f"paired: both models' scores of the canary's {len(canary)} labelled rows"
+    figures, paired_figures = alone["figures"], together["figures"]
+    assert isinstance(figures, dict)
+    assert isinstance(paired_figures, dict)
+    # One model on both sides of the same rows: every resample's difference is 0; unpaired it is noise.
+    assert paired_figures["99% low"] == paired_figures["99% high"] == paired_figures["difference"] == 0.0
+    assert figures["99% high"] - figures["99% low"] > 0.05
+    assert paired_figures["paired rows"] == len(canary)
+    assert same.verdict == "promote"
+    blind_check = _check(worse, "PR-AUC")
+    assert blind_check["status"] == "fail"
+    assert str(blind_check["note"]).startswith("paired")
+    assert worse.verdict == "roll back"
 
 
 def _sharper(probability: pd.Series | np.ndarray) -> np.ndarray:

@@ -21,7 +21,7 @@ from service_process import ServiceProcess, mlops, predict_load, start_service
 
 from mlops import registry
 from mlops.prediction_frame import read_prediction_frame
-from mlops.prediction_log import log_dir
+from mlops.prediction_log import PAIRED_ROLE, log_dir
 from monitoring.labels import join_labels, quality
 
 CUSTOMERS = 2_000
@@ -85,22 +85,31 @@ def test_a_ten_percent_canary_takes_a_tenth_of_the_customers_each_always_on_its_
     assert set(counted) == {served.champion, served.candidate}
     assert 0.08 <= counted[served.candidate] / REQUESTS <= 0.12
     assert all(len(versions) == 1 for versions in sides.values())
-    logged = read_prediction_frame(log_dir(served.platform.settings))
-    shared = logged[logged["event_id"].str.startswith("T-share-")]
-    assert dict(Counter(zip(shared["model_version"], shared["role"], strict=True))) == {
+    def shared() -> pd.DataFrame:
+        logged = read_prediction_frame(log_dir(served.platform.settings))
+        return logged[logged["event_id"].str.startswith("T-share-")]
+
+    # The champion scores the canary's rows too, off the response path (the paired PR-AUC): wait for it.
+    _wait_for(lambda: (shared()["role"] == PAIRED_ROLE).sum() == counted[served.candidate])
+    rows = shared()
+    assert dict(Counter(zip(rows["model_version"], rows["role"], strict=True))) == {
         (served.champion, "champion"): counted[served.champion],
-        (served.candidate, "canary"): counted[served.candidate]}
+        (served.candidate, "canary"): counted[served.candidate],
+        (served.champion, PAIRED_ROLE): counted[served.candidate]}
+    assert set(rows.loc[rows["role"] == PAIRED_ROLE, "event_id"]) == set(rows.loc[rows["role"] == "canary", "event_id"])
 
 
 def test_the_quality_job_reports_canary_and_champion_apart(served: Served) -> None:
     logged = read_prediction_frame(log_dir(served.platform.settings))
     shared = logged[logged["event_id"].str.startswith("T-share-")]
+    answered = shared[shared["role"] != PAIRED_ROLE]
     # Labels that make the two sides differ: the canary's predictions are all "right" as fraud.
-    labels = pd.DataFrame({"event_id": shared["event_id"], "label": (shared["role"] == "canary").astype("int64")})
+    labels = pd.DataFrame({"event_id": answered["event_id"], "label": (answered["role"] == "canary").astype("int64")})
 
     rows = {(r.model_version, r.role): r for r in quality(join_labels(shared, labels), "1D", "fraud")}
 
-    assert set(rows) == {(served.champion, "champion"), (served.candidate, "canary")}
+    # The champion's paired scores of the canary's rows are reported apart too.
+    assert set(rows) == {(served.champion, "champion"), (served.candidate, "canary"), (served.champion, PAIRED_ROLE)}
     assert rows[(served.candidate, "canary")].positives == rows[(served.candidate, "canary")].labelled
     assert rows[(served.champion, "champion")].positives == 0
 
