@@ -110,7 +110,7 @@ repro: setup
 
 # The production-shaped stack on this host (Debian's postgresql, redis-server, prometheus,
 # prometheus-pushgateway): ports from MLOPS_PROFILE=stack unless the environment moves them;
-# state under $$MLOPS_HOME/stack (default .mlops/stack). See docs/operations.md, "One host, production-shaped".
+# state under its own home $$MLOPS_HOME (the profile's .mlops-stack; never the embedded .mlops). See docs/operations.md, "One host, production-shaped".
 stack: setup
 	MLOPS_PROFILE=$${MLOPS_PROFILE:-stack} $(PY) -m native_stack up
 
@@ -140,4 +140,4 @@ lock:
 	sed -i 's/==\([0-9.]*\)+cpu$$/==\1/' requirements.lock
 
 clean:
-	rm -rf .mlops
+	rm -rf .mlops .mlops-stack

@@ -2,7 +2,9 @@
 
 PostgreSQL (Debian's) as MLflow's backend store, the MLflow tracking server on it (artifacts
 served from a local folder), redis-server as Feast's online store, the Pushgateway, the prediction
-service and Prometheus scraping both: all on 127.0.0.1, all state under ``$MLOPS_HOME/stack``.
+service and Prometheus scraping both: all on 127.0.0.1, the servers' state under
+``$MLOPS_HOME/stack``, where ``MLOPS_HOME`` is the stack's own home (the profile's ``.mlops-stack``),
+never the embedded home that `make demo` builds.
 Ports come from the settings (the ``stack`` profile's fixed ones, or the environment), so the
 platform's own clients and the stack always agree. The ids of the started processes are recorded
 in ``stack/processes.json``; ``down`` stops exactly those.

@@ -32,6 +32,7 @@ import pandas as pd
 import pytest
 import redis
 from prometheus_stack import free_port, until
+from stack_binaries import NEEDS_SERVERS
 
 from feature_repo.store import materialize_online
 from mlops import registry
@@ -40,7 +41,6 @@ from mlops.data.generator import generate_transactions
 from mlops.errors import RegistryError, StackError
 from native_stack import processes as procs
 from native_stack import supervisor
-from native_stack.config import server_binary
 from native_stack.settings import StackSettings
 from pipelines.demo import replay_start
 from pipelines.demo_replay import request_body
@@ -48,20 +48,7 @@ from pipelines.orchestration.runner import run_pipeline
 from pipelines.settings import PipelineSettings
 from pipelines.steps.preprocess import time_split
 
-
-def _missing_binaries() -> list[str]:
-    missing = []
-    for name in ("initdb", "postgres", "psql", "redis-server", "prometheus", "prometheus-pushgateway"):
-        try:
-            server_binary(name)
-        except StackError:
-            missing.append(name)
-    return missing
-
-
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500),
-              pytest.mark.skipif(bool(_missing_binaries()), reason=f"needs {', '.join(_missing_binaries())} "
-                                 "(apt-get install -y postgresql redis-server prometheus prometheus-pushgateway)")]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500), NEEDS_SERVERS]
 ROWS = 3000
 REQUESTS = 40
 
