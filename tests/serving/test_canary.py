@@ -3,7 +3,7 @@ sticky per customer, logged with role=canary; promotion and rollback under load 
 
 The module's own copy of the served platform, a second registered version of the
 same graph (told apart by the version in each answer), and one service process polling fast.
-Tests run in file order: each leaves production on the first version and no canary running.
+Tests run in any order: each leaves production on the first version and no canary running.
 """
 
 from __future__ import annotations
@@ -67,11 +67,22 @@ def _versions_of(served: Served, customers: list[str], prefix: str) -> list[str]
     return [p["model_version"] for p in response.json()["predictions"]]
 
 
-def test_a_ten_percent_canary_takes_a_tenth_of_the_customers_each_always_on_its_side(served: Served) -> None:
+@dataclass
+class Shared:
+    """The traffic a 10 % canary served: answers per version, each customer's versions, the log's rows."""
+
+    counted: Counter[str]
+    sides: dict[str, set[str]]
+    rows: pd.DataFrame
+
+
+@pytest.fixture(scope="module")
+def shared(served: Served) -> Shared:
+    """REQUESTS predictions over CUSTOMERS customers with a 10 % canary running, then rolled back;
+    its rows once the champion's paired scores of the canary's rows (off the response path) are in."""
     probe = [f"C-probe-{i}" for i in range(200)]
     mlops("model", "promote", served.candidate, "--canary", "10", "--reason", "try the candidate")
     _wait_for(lambda: served.candidate in _versions_of(served, probe, f"T-probe-{time.monotonic_ns()}"))
-
     customers = [f"C-canary-{i % CUSTOMERS}" for i in range(REQUESTS)]
     sides: dict[str, set[str]] = defaultdict(set)
     counted: Counter[str] = Counter()
@@ -82,16 +93,21 @@ def test_a_ten_percent_canary_takes_a_tenth_of_the_customers_each_always_on_its_
             counted[version] += 1
     mlops("model", "rollback", "--reason", "share measured")
 
+    def logged() -> pd.DataFrame:
+        frame = read_prediction_frame(log_dir(served.platform.settings))
+        return frame[frame["event_id"].str.startswith("T-share-")]
+
+    _wait_for(lambda: (logged()["role"] == PAIRED_ROLE).sum() == counted[served.candidate])
+    return Shared(counted, sides, logged())
+
+
+def test_a_ten_percent_canary_takes_a_tenth_of_the_customers_each_always_on_its_side(
+        served: Served, shared: Shared) -> None:
+    counted, rows = shared.counted, shared.rows
     assert set(counted) == {served.champion, served.candidate}
     assert 0.08 <= counted[served.candidate] / REQUESTS <= 0.12
-    assert all(len(versions) == 1 for versions in sides.values())
-    def shared() -> pd.DataFrame:
-        logged = read_prediction_frame(log_dir(served.platform.settings))
-        return logged[logged["event_id"].str.startswith("T-share-")]
-
-    # The champion scores the canary's rows too, off the response path (the paired PR-AUC): wait for it.
-    _wait_for(lambda: (shared()["role"] == PAIRED_ROLE).sum() == counted[served.candidate])
-    rows = shared()
+    assert all(len(versions) == 1 for versions in shared.sides.values())
+    # The champion scored the canary's rows too (the paired PR-AUC), logged apart from the answers.
     assert dict(Counter(zip(rows["model_version"], rows["role"], strict=True))) == {
         (served.champion, "champion"): counted[served.champion],
         (served.candidate, "canary"): counted[served.candidate],
@@ -99,14 +115,12 @@ def test_a_ten_percent_canary_takes_a_tenth_of_the_customers_each_always_on_its_
     assert set(rows.loc[rows["role"] == PAIRED_ROLE, "event_id"]) == set(rows.loc[rows["role"] == "canary", "event_id"])
 
 
-def test_the_quality_job_reports_canary_and_champion_apart(served: Served) -> None:
-    logged = read_prediction_frame(log_dir(served.platform.settings))
-    shared = logged[logged["event_id"].str.startswith("T-share-")]
-    answered = shared[shared["role"] != PAIRED_ROLE]
+def test_the_quality_job_reports_canary_and_champion_apart(served: Served, shared: Shared) -> None:
+    answered = shared.rows[shared.rows["role"] != PAIRED_ROLE]
     # Labels that make the two sides differ: the canary's predictions are all "right" as fraud.
     labels = pd.DataFrame({"event_id": answered["event_id"], "label": (answered["role"] == "canary").astype("int64")})
 
-    rows = {(r.model_version, r.role): r for r in quality(join_labels(shared, labels), "1D", "fraud")}
+    rows = {(r.model_version, r.role): r for r in quality(join_labels(shared.rows, labels), "1D", "fraud")}
 
     # The champion's paired scores of the canary's rows are reported apart too.
     assert set(rows) == {(served.champion, "champion"), (served.candidate, "canary"), (served.champion, PAIRED_ROLE)}
