@@ -39,6 +39,7 @@ from serving.errors import ErrorResponse, install_error_handlers
 from serving.front import ServiceApp
 from serving.lifecycle import ModelManager
 from serving.metrics import ServiceMetrics
+from serving.model_cache import registry_identity
 from serving.predictor import Predictor
 from serving.schemas import (
     HealthResponse,
@@ -158,7 +159,8 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
         """The served model; 503 while none is loaded (kept for existing clients; see /v2/health/*)."""
         loaded = state.manager.require()
         return HealthResponse(model_name=loaded.served.name, model_version=loaded.served.version,
-                              serving_alias=loaded.alias, source="cache" if loaded.from_cache else "registry",
+                              registry=registry_identity(settings.resolved_tracking_uri), serving_alias=loaded.alias,
+                              source="cache" if loaded.from_cache else "registry",
                               warning=state.manager.last_error)
 
     @app.get("/metrics", include_in_schema=False)

@@ -128,6 +128,8 @@ class HealthResponse(BaseModel):
     status: Literal["ok"] = "ok"
     model_name: str
     model_version: str
+    registry: str = Field(description="The tracking store the version is of (its URI without credentials): a "
+                                      "version is named by its registry and its number, never its number alone.")
     serving_alias: str
     source: Literal["registry", "cache"] = Field(
         description="cache: the registry was unreachable at start; the last model served is used.")

@@ -124,6 +124,7 @@ def _the_stack_keeps_to_itself(settings: StackSettings, source: Path, bodies: li
         outcome = run_pipeline(str(source), PipelineSettings(), run_name="stack", runner="inline")
         assert (outcome.decision, outcome.version) == ("promote", "1")
         until(lambda: http.get("/healthz").json().get("model_version") == "1", "the stack's version 1", 120)
+        assert http.get("/healthz").json()["registry"] == settings.resolved_tracking_uri  # the stack's, no password
         for body in bodies[:BEFORE_CANARY]:
             answer = http.post("/predict", json=body)
             assert answer.status_code == 200, answer.text

@@ -59,7 +59,8 @@ def test_healthz_names_the_served_version(client: TestClient, platform_home: Ser
     assert response.status_code == 200
     assert response.json() == {"status": "ok", "model_name": platform_home.settings.model_name,
                                "model_version": platform_home.version, "serving_alias": "production",
-                               "source": "registry", "warning": ""}
+                               "registry": platform_home.settings.resolved_tracking_uri, "source": "registry",
+                               "warning": ""}
 
 
 def test_predict_matches_the_onnx_model_on_online_features(
