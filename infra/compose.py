@@ -159,7 +159,12 @@ def secret_problems(text: str, document: dict[str, Any], env_example: Path) -> l
         environment = service.get("environment", {})
         items = (environment.items() if isinstance(environment, dict)
                  else ([*entry.split("=", 1), ""] for entry in environment))
+        # A *_FILE variable may name one of the service's own compose secrets (/run/secrets/NAME).
+        secret_files = {f"/run/secrets/{entry if isinstance(entry, str) else entry.get('source')}"
+                        for entry in service.get("secrets", [])}
         for key, value, *_ in items:
+            if str(key).endswith("_FILE") and str(value) in secret_files:
+                continue
             if _SECRET_NAME.search(str(key)) and not re.fullmatch(r"\$\{[A-Za-z0-9_]+(:\?[^}]*)?\}", str(value)):
                 problems.append(f"{name}: {key} must be a ${{VARIABLE}} from .env, not a literal value")
     for variable, modifier in _VARIABLE.findall(text):

@@ -3,6 +3,7 @@ what exists here; each deliberate breakage of a copy is caught for the right rea
 
 from __future__ import annotations
 
+import configparser
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,46 @@ def test_the_committed_compose_file_is_sound() -> None:
     assert {"postgres", "minio", "minio-init", "mlflow", "redis", "serving", "pushgateway", "prometheus",
             "grafana"} <= set(services)
     assert services["serving"]["build"] == {"context": ".", "dockerfile": "serving/Dockerfile"}
+
+
+def test_the_service_reads_mlflow_as_the_user_the_one_shot_creates() -> None:
+    """mlflow-users runs once MLflow is healthy and creates the service's user with the admin's
+    credentials and the password of a compose secret; the service authenticates as that user (never
+    the admin), reading the same secret's file, and starts only after the one-shot succeeded."""
+    document = yaml.safe_load(COMPOSE_FILE.read_text())
+    services, secrets = document["services"], document["secrets"]
+    users, serving = services["mlflow-users"], services["serving"]
+    assert users["build"] == services["mlflow"]["build"]
+    assert users["image"] == services["mlflow"]["image"]
+    assert users["command"] == ["python", "/etc/mlflow/create_user.py"]
+    assert (REPO_ROOT / "infra" / "docker" / "mlflow" / "create_user.py").is_file()
+    assert "COPY create_user.py /etc/mlflow/create_user.py" in (
+        REPO_ROOT / "infra" / "docker" / "mlflow" / "Dockerfile").read_text()
+    assert users["depends_on"] == {"mlflow": {"condition": "service_healthy"}}
+    assert users["restart"] == "no"
+    assert "healthcheck" not in users
+    secret = "mlflow_serving_password"
+    assert secrets[secret] == {"environment": "MLFLOW_SERVING_PASSWORD"}
+    assert secret in users["secrets"]
+    assert secret in serving["secrets"]
+    env = users["environment"]
+    assert env["MLFLOW_TRACKING_USERNAME"].startswith("${MLFLOW_ADMIN_USER:?")
+    assert env["MLFLOW_TRACKING_PASSWORD"].startswith("${MLFLOW_ADMIN_PASSWORD:?")
+    assert env["MLFLOW_NEW_PASSWORD_FILE"] == f"/run/secrets/{secret}"
+    serving_env = serving["environment"]
+    assert serving_env["MLOPS_TRACKING_USERNAME"] == env["MLFLOW_NEW_USERNAME"]
+    assert serving_env["MLOPS_TRACKING_USERNAME"].startswith("${MLFLOW_SERVING_USER:?")
+    assert serving_env["MLOPS_TRACKING_PASSWORD_FILE"] == f"/run/secrets/{secret}"
+    assert "MLOPS_TRACKING_PASSWORD" not in serving_env
+    assert not any("MLFLOW_ADMIN" in str(value) for value in serving_env.values())
+    assert serving["depends_on"]["mlflow-users"] == {"condition": "service_completed_successfully"}
+
+
+def test_mlflows_auth_config_lets_a_user_without_grants_read() -> None:
+    config = configparser.ConfigParser()
+    config.read(REPO_ROOT / "infra" / "docker" / "mlflow" / "basic_auth.ini")
+    assert config["mlflow"]["default_permission"] == "READ"
+    assert not {"admin_password", "admin_username"} & set(config["mlflow"])
 
 
 def test_compose_scrape_config_mirrors_the_native_one_and_shares_the_alert_rules() -> None:
@@ -77,6 +118,8 @@ BREAKAGES: dict[str, tuple[Callable[[Compose], None], str]] = {
         depends_on={"prometheus": {"condition": "service_started"}}), "condition service_started"),
     "literal password": (lambda d: d["services"]["postgres"]["environment"].update(POSTGRES_PASSWORD="hunter2"),
                          "postgres: POSTGRES_PASSWORD must be a ${VARIABLE}"),
+    "password file not the service's secret": (lambda d: d["services"]["mlflow-users"].pop("secrets"),
+                                               "mlflow-users: MLFLOW_NEW_PASSWORD_FILE must be"),
     "default password": (lambda d: d["services"]["grafana"]["environment"].update(
         GF_SECURITY_ADMIN_PASSWORD="${GRAFANA_ADMIN_PASSWORD:-admin}"), "has a default (:-admin)"),
 }
