@@ -14,8 +14,10 @@ count exactly the stack's answers, and after `stack down` the embedded home is b
 from __future__ import annotations
 
 import hashlib
+import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -75,9 +77,16 @@ def _embedded_home(source: Path, bodies: list[dict[str, object]]) -> str:
     return outcome.version
 
 
-def test_the_stack_never_serves_reads_or_writes_the_embedded_home(monkeypatch: pytest.MonkeyPatch) -> None:
-    work = Path(tempfile.mkdtemp(prefix="mlops-stack-home-"))  # postgres (its own account) must reach it
-    work.chmod(0o711)
+@pytest.fixture
+def work() -> Iterator[Path]:
+    """Not pytest's tmp_path: its parent is root-only (0700), and postgres runs as its own account."""
+    folder = Path(tempfile.mkdtemp(prefix="mlops-stack-home-"))
+    folder.chmod(0o711)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_stack_never_serves_reads_or_writes_the_embedded_home(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(work)
     for name in ("MLOPS_HOME", "MLOPS_PROFILE", "MLOPS_TRACKING_URI", "MLOPS_SETTINGS_JSON"):
         monkeypatch.delenv(name, raising=False)
