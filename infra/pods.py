@@ -102,6 +102,8 @@ def _trainjob_pods(obj: Obj, objects: list[Obj]) -> Iterator[tuple[str, Obj]]:
         for container in pod.get("spec", {}).get("containers", []):
             if container.get("name") == TRAINER_CONTAINER and "resourcesPerNode" in trainer:
                 container["resources"] = trainer["resourcesPerNode"]
+            if container.get("name") == TRAINER_CONTAINER and "env" in trainer:
+                container["env"] = [*container.get("env", []), *trainer["env"]]
         yield f"{object_id(runtime)} {where}", pod
 
 

@@ -12,6 +12,7 @@ an empty list means the manifests keep the policy.
 - The prediction service (its image sets MLOPS_DEV_MODE=false) gets MLOPS_ADMIN_TOKEN from a
   required secretKeyRef: without it the pod would refuse to start.
 - Distributed training and priorities: see infra.training_policy.
+- Servers' authentication and clients' credentials: see infra.auth_policy.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from infra.auth_policy import is_secret_file, servers_authenticate_and_clients_use_secrets
 from infra.manifests import object_id
 from infra.pods import GPU_TAINT_KEY, Obj, PodTemplate, pod_templates
 from infra.training_policy import distributed_training_is_gang_and_resumable, priorities_are_ordered
@@ -133,7 +135,8 @@ def no_inline_secrets(objects: list[Obj]) -> list[str]:
     for pod in pod_templates(objects):
         for container in pod.containers:
             for variable in container.get("env", []):
-                if SECRET_NAME.search(variable["name"]) and "value" in variable:
+                if (SECRET_NAME.search(variable["name"]) and "value" in variable
+                        and not (variable["name"].endswith("_FILE") and is_secret_file(pod, container, variable))):
                     problems.append(f"{pod.where} container {container['name']}: {variable['name']} is inline; "
                                     "use valueFrom.secretKeyRef")
     for obj in objects:
@@ -168,6 +171,7 @@ POLICIES: dict[str, Callable[[list[Obj]], list[str]]] = {
     "Deployments have probes, requests and a PDB": deployments_are_operable,
     "no inline secret values": no_inline_secrets,
     "the prediction service's admin token comes from a Secret": services_get_their_admin_token_from_a_secret,
+    "servers authenticate, clients' credentials come from Secrets": servers_authenticate_and_clients_use_secrets,
     "distributed training runs whole and resumes": distributed_training_is_gang_and_resumable,
     "priorities are ordered": priorities_are_ordered,
 }

@@ -36,6 +36,16 @@ def _serving_pod(objects: Objects) -> dict[str, Any]:
     return spec
 
 
+def _mlflow_pod(objects: Objects) -> dict[str, Any]:
+    spec: dict[str, Any] = find(objects, "Deployment", "mlflow")["spec"]["template"]["spec"]
+    return spec
+
+
+def _redis_container(objects: Objects) -> dict[str, Any]:
+    container: dict[str, Any] = find(objects, "StatefulSet", "redis")["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
 def _trainjob(objects: Objects) -> dict[str, Any]:
     return find(objects, "TrainJob", "fraud-distributed")
 
@@ -93,6 +103,26 @@ CASES: dict[str, tuple[Callable[[Objects], Any], str]] = {
     "service admin token from an optional Secret": (
         lambda o: _serving_pod(o)["containers"][0]["env"][0]["valueFrom"]["secretKeyRef"].update(optional=True),
         "container server: MLOPS_ADMIN_TOKEN must come from a required secretKeyRef"),
+    "MLflow without the basic-auth app": (
+        lambda o: _mlflow_pod(o)["containers"][0]["args"].remove("--app-name=basic-auth"),
+        "container mlflow: mlflow server without --app-name=basic-auth"),
+    "backend store password on the command line": (
+        lambda o: _mlflow_pod(o)["containers"][0]["args"].append("--backend-store-uri=$(MLFLOW_BACKEND_STORE_URI)"),
+        "container mlflow: $(MLFLOW_BACKEND_STORE_URI) from a Secret in its arguments"),
+    "Redis without requirepass": (
+        lambda o: _redis_container(o).update(command=["redis-server"], args=["--appendonly", "yes"]),
+        "container redis: redis without requirepass read from a mounted Secret"),
+    "service without its MLflow password": (
+        lambda o: _serving_pod(o)["containers"][0].update(
+            env=[v for v in _serving_pod(o)["containers"][0]["env"] if v["name"] != "MLOPS_TRACKING_PASSWORD_FILE"]),
+        "container server: talks to MLflow without MLOPS_TRACKING_PASSWORD(_FILE) from a Secret"),
+    "Redis password file outside a mounted Secret": (
+        lambda o: _serving_pod(o)["volumes"].__setitem__(-1, {"name": "redis-credentials", "emptyDir": {}}),
+        "container server: talks to Redis without MLOPS_REDIS_PASSWORD_FILE in a mounted Secret"),
+    "training without the MLflow user": (
+        lambda o: _trainjob(o)["spec"]["trainer"].update(env=[
+            v for v in _trainjob(o)["spec"]["trainer"]["env"] if v["name"] != "MLOPS_TRACKING_USERNAME"]),
+        "talks to MLflow without MLOPS_TRACKING_USERNAME from a Secret"),
     "torchrun nodes differ from the job's": (
         lambda o: _trainjob(o)["spec"]["trainer"].update(numNodes=4),
         "torchrun --nnodes=2 but the job has 4 nodes"),
