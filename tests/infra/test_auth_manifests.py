@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import configparser
 import os
+import secrets
+import shutil
+import socket
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from infra.auth_policy import environment, is_secret_file, servers_authenticate_and_clients_use_secrets
 from infra.manifests import OVERLAYS
@@ -148,3 +153,41 @@ def test_no_secret_object_and_no_secret_literal(built: dict[str, Objects], overl
                 if any(word in variable["name"] for word in ("PASSWORD", "SECRET", "AUTH")) and "value" in variable:
                     assert variable["name"].endswith(("_FILE", "_PATH")), (pod.where, variable)
                     assert variable["value"].startswith("/"), (pod.where, variable)
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server (apt-get install -y redis-server)")
+def test_the_redis_containers_script_starts_a_server_that_requires_the_password(
+        built: dict[str, Objects], tmp_path: Path) -> None:
+    """The StatefulSet's shell line, run here with its paths moved under tmp (and a free port): Redis
+    refuses a client without the Secret's password, accepts it, and no command line carries it."""
+    redis_container = _pod(built["prod"], "StatefulSet/mlops/redis").containers[0]
+    password = secrets.token_urlsafe(16)
+    (tmp_path / "password").write_text(password)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    script = " ".join(redis_container["args"])
+    for old, new in [("/var/run/secrets/redis/password", str(tmp_path / "password")),
+                     ("/tmp/redis.conf", str(tmp_path / "redis.conf")), ("dir /data", f"dir {tmp_path}")]:
+        assert old in script
+        script = script.replace(old, new)
+    script += f" --port {port} --bind 127.0.0.1"
+    process = subprocess.Popen([*redis_container["command"], script], env={"PATH": os.environ["PATH"]})
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                assert redis.Redis(port=port, password=password, socket_timeout=2).ping()
+                break
+            except redis.ConnectionError:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        with pytest.raises(redis.AuthenticationError):
+            redis.Redis(port=port, socket_timeout=2).set("k", "v")
+        with pytest.raises(redis.AuthenticationError):
+            redis.Redis(port=port, password="wrong", socket_timeout=2).ping()
+        assert password not in Path(f"/proc/{process.pid}/cmdline").read_bytes().decode()
+        assert redis.Redis(port=port, password=password).config_get("appendonly") == {"appendonly": "yes"}
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
