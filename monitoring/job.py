@@ -99,7 +99,7 @@ def _report_html(settings: Settings, report: DriftReport, window: LogWindow, now
                  limits: DriftThresholds, estimated: list[EstimatedQuality]) -> str:
     profile = fetch_profile(settings, report.model_name, report.model_version)
     path = settings.monitoring_dir / "reports" / f"drift-{now:%Y%m%dT%H%M%S}-v{report.model_version}.html"
-    shown = window.sample(REPORT_MAX_ROWS).frame()
+    shown = window.sample(REPORT_MAX_ROWS).frame([f.feature for f in report.features])  # what Evidently draws
     render_html(evidently_snapshot(report, profile, shown), path)
     ours = [e for e in estimated if e.model_version == report.model_version]
     top = summary_html(report, limits) + estimate_html(ours)

@@ -69,19 +69,31 @@ class LogWindow:
         """The window's values of one column in Arrow's buffers."""
         if name not in self.names:
             raise KeyError(name)
-        stored = self.names[name]
+        stored, (rows, order) = self.names[name], self._reading
         chunks: list[pa.Array] = []
-        for part in self.parts:
-            chunks += _read_rows(part, stored).chunks if stored in part.names else [pa.nulls(part.rows.size)]
+        for part, wanted in zip(self.parts, rows, strict=True):
+            if wanted.size and stored in part.names:
+                chunks += _read_rows(part.path, stored, wanted).chunks
+            elif wanted.size:
+                chunks.append(pa.nulls(wanted.size))
         kind = next((c.type for c in chunks if c.type != pa.null()), pa.null())
         values = pa.chunked_array([c if c.type == kind else c.cast(kind) for c in chunks], type=kind)
-        return values if self._in_stored_order else values.take(pa.array(self.positions))
+        return values if order is None else values.take(pa.array(order))
 
     @functools.cached_property
-    def _in_stored_order(self) -> bool:
-        # The usual window (segments written in time order, nothing left out) needs no reordering copy.
-        total = sum(part.rows.size for part in self.parts)
-        return self.positions.size == total and bool(np.all(self.positions == np.arange(total)))
+    def _reading(self) -> tuple[tuple[np.ndarray, ...], np.ndarray | None]:
+        """Per part, the rows of its segment this window reads (a version's rows or a sample read only
+        theirs); and the window's rows as positions in what those give, None when that is their order."""
+        sizes = [part.rows.size for part in self.parts]
+        total = sum(sizes)
+        if self.positions.size == total and bool(np.all(self.positions == np.arange(total))):
+            return tuple(part.rows for part in self.parts), None  # the usual window: no reordering copy
+        needed = np.zeros(total, dtype=bool)
+        needed[self.positions] = True
+        bounds = np.cumsum([0, *sizes])
+        rows = tuple(part.rows[needed[start:end]] for part, start, end in zip(self.parts, bounds[:-1], bounds[1:],
+                                                                             strict=True))
+        return rows, (np.cumsum(needed) - 1)[self.positions]
 
     def select(self, positions: np.ndarray) -> LogWindow:
         """The rows at ``positions`` of this window (in that order)."""
@@ -103,19 +115,19 @@ class LogWindow:
         segment at a time: four bytes a row in memory, where the text took Python a string per row."""
         if name not in self.names:
             raise KeyError(name)
-        stored = self.names[name]
+        stored, (rows, order) = self.names[name], self._reading
         labels: dict[str, int] = {}
         found: list[np.ndarray] = []
-        for part in self.parts:
-            if stored not in part.names:
-                found.append(np.full(part.rows.size, -1, dtype="int32"))
+        for part, wanted in zip(self.parts, rows, strict=True):
+            if stored not in part.names or not wanted.size:
+                found.append(np.full(wanted.size, -1, dtype="int32"))
                 continue
-            encoded = pc.dictionary_encode(_as_text(_read_rows(part, stored))).combine_chunks()
+            encoded = pc.dictionary_encode(_as_text(_read_rows(part.path, stored, wanted))).combine_chunks()
             numbers = [labels.setdefault(str(v), len(labels)) for v in encoded.dictionary.to_pylist()]
             lookup = np.array([*numbers, -1], dtype="int32")  # a null's index, filled with -1, reads the last
             found.append(lookup[pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)])
         codes = np.concatenate(found) if found else np.empty(0, dtype="int32")
-        return (codes if self._in_stored_order else codes[self.positions]), list(labels)
+        return (codes if order is None else codes[order]), list(labels)
 
     def groups(self, keys: Sequence[str]) -> Iterator[tuple[tuple[str, ...], LogWindow]]:
         """(key values, their rows) for each distinct combination of ``keys``, sorted by the values
@@ -137,10 +149,10 @@ class LogWindow:
             yield values_of_keys, self if len(found) == 1 else self.select(np.flatnonzero(combined == code))
 
 
-def _read_rows(part: _Part, stored: str) -> pa.ChunkedArray:
-    batches = [batch.column(stored) for batch in read_segment(part.path)]
+def _read_rows(path: Path, stored: str, rows: np.ndarray) -> pa.ChunkedArray:
+    batches = [batch.column(stored) for batch in read_segment(path)]
     # take() copies the rows out of the map, so the map goes once this column's chunk is built.
-    return pa.chunked_array(batches).take(pa.array(part.rows))
+    return pa.chunked_array(batches).take(pa.array(rows))
 
 
 def open_window(directory: Path, spec: WindowSpec) -> LogWindow:
