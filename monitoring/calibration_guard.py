@@ -13,11 +13,17 @@ the drift job estimates through that map rather than the one read off the evalua
 split: a few dozen frauds there (73 in the demo) set a calibration every later window shares, while
 the labelled traffic grows with every delivery (on the demo's model the estimated F1 went from 0 to
 19 of 19 windows inside its interval, docs/monitoring-estimated-quality.md).
+
+Two quality jobs may save at once (two CronJob pods, a shell beside the schedule): the read, merge
+and write of the file happen under a lock beside it (``calibration_checks.json.lock``), so neither
+loses the other's versions, and the file is replaced by a rename, so a reader never sees half of it.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from datetime import datetime
 from pathlib import Path
 
@@ -25,6 +31,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from mlops.calibration import calibration_report
+from mlops.run_lock import waiting_lock
 from mlops.score_map import ScoreMap, fit_score_map
 from monitoring.labels import LABEL
 
@@ -74,12 +81,21 @@ def read_checks(monitoring_dir: Path) -> dict[str, CalibrationCheck]:
 
 
 def save_checks(monitoring_dir: Path, checks: list[CalibrationCheck]) -> None:
-    """The new checks replace the stored ones of their versions; other versions' checks stay."""
-    merged = read_checks(monitoring_dir) | {check.model_version: check for check in checks}
-    monitoring_dir.mkdir(parents=True, exist_ok=True)
+    """The new checks replace the stored ones of their versions; other versions' checks stay, whoever
+    else saves at the same time (the read-merge-write holds the file's lock)."""
     path = monitoring_dir / CHECKS_FILE
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(
-        json.dumps({version: check.model_dump(mode="json") for version, check in sorted(merged.items())}, indent=2),
-        encoding="utf-8")
-    temporary.replace(path)  # the drift job reads it meanwhile: never half a file
+    with waiting_lock(path.with_name(CHECKS_FILE + ".lock")):
+        merged = read_checks(monitoring_dir) | {check.model_version: check for check in checks}
+        text = json.dumps({version: check.model_dump(mode="json") for version, check in sorted(merged.items())},
+                          indent=2)
+        descriptor, temporary = tempfile.mkstemp(dir=monitoring_dir, prefix=f".{CHECKS_FILE}.", suffix=".tmp")
+        try:
+            with os.fdopen(descriptor, "w", encoding="utf-8") as written:
+                os.fchmod(written.fileno(), 0o644)  # as readable as before (mkstemp makes it 0600)
+                written.write(text)
+                written.flush()
+                os.fsync(written.fileno())
+            os.replace(temporary, path)  # the drift job reads it meanwhile: never half a file
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
