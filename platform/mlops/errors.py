@@ -144,6 +144,14 @@ class FeatureStoreError(MLOpsError):
     http_status = 503
 
 
+class UnreadableLogError(MLOpsError):
+    """A log file under the home (the failure log) cannot be read: a folder where a file belongs, no
+    permission, bytes that are not UTF-8. Never read as "nothing logged" (an unread failure log would
+    make a failing canary look healthy); exit code 2, as for any input the operator has to repair."""
+
+    exit_code = 2
+
+
 class FeatureSkewError(MLOpsError):
     """Served features differ from the offline point-in-time features beyond the threshold."""
 

@@ -4,7 +4,10 @@ canary analysis, whose error-rate check needs each arm's failures beside its ans
 
 Layout: ``<home>/failures/<UTC day>/<writer>.jsonl``, one JSON object per line. Each writer process
 owns its file, so replicas sharing a home never interleave lines; a line cut short by a crash is
-skipped by readers. Failures are rare, so a line per failed call (not per row) is cheap enough to
+skipped by readers (its bytes too, when the cut split a UTF-8 character). A file or folder that
+cannot be read at all (a folder named ``*.jsonl``, no permission, a whole line that is not UTF-8)
+raises UnreadableLogError naming it: the canary analysis never judges without failures it could not
+read. Failures are rare, so a line per failed call (not per row) is cheap enough to
 write on the request path.
 """
 
@@ -13,11 +16,13 @@ from __future__ import annotations
 import logging
 import os
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from mlops.errors import UnreadableLogError
 from mlops.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -70,13 +75,16 @@ class FailureLog:
 
 def read_failures(directory: Path, *, start: datetime | None = None,
                   end: datetime | None = None) -> list[FailureRecord]:
-    """Records with ``start <= logged_at < end`` (either bound optional), oldest first."""
+    """Records with ``start <= logged_at < end`` (either bound optional), oldest first; UnreadableLogError
+    naming the file or folder that cannot be read."""
     first_day = f"{start.astimezone(UTC):%Y-%m-%d}" if start else ""
     last_day = f"{end.astimezone(UTC):%Y-%m-%d}" if end else "9999-99-99"
     records: list[FailureRecord] = []
-    folders = sorted(p for p in directory.glob("*") if p.is_dir() and first_day <= p.name <= last_day)
-    for path in (path for folder in folders for path in sorted(folder.glob("*.jsonl"))):
-        for line in path.read_text(encoding="utf-8").splitlines():
+    if not directory.exists():
+        return records
+    folders = sorted(p for p in _listed(directory) if p.is_dir() and first_day <= p.name <= last_day)
+    for path in (path for folder in folders for path in sorted(_listed(folder)) if path.suffix == ".jsonl"):
+        for line in _lines(path):
             try:
                 record = FailureRecord.model_validate_json(line)
             except ValidationError:
@@ -85,3 +93,37 @@ def read_failures(directory: Path, *, start: datetime | None = None,
             if (start is None or record.logged_at >= start) and (end is None or record.logged_at < end):
                 records.append(record)
     return sorted(records, key=lambda r: r.logged_at)
+
+
+def _listed(folder: Path) -> list[Path]:
+    """The folder's entries; a folder that cannot be listed is an error (``glob`` would skip it silently)."""
+    try:
+        return list(folder.iterdir())
+    except OSError as exc:
+        raise _unreadable(folder, exc.strerror or str(exc)) from exc
+
+
+def _lines(path: Path) -> Iterator[str]:
+    """The file's lines; a last line without its newline whose bytes are cut mid-character is torn, not
+    an error, but any whole line that is not UTF-8 is."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise _unreadable(path, exc.strerror or str(exc)) from exc
+    whole, _, last = data.rpartition(b"\n")
+    try:
+        yield from whole.decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise _unreadable(path, f"byte {exc.start} is not UTF-8") from exc
+    try:
+        torn = last.decode("utf-8")
+    except UnicodeDecodeError:
+        log.warning("skipped a torn line of %s", path)
+        return
+    if torn:
+        yield torn
+
+
+def _unreadable(path: Path, reason: str) -> UnreadableLogError:
+    return UnreadableLogError(f"cannot read the failure log {path}: {reason}; the canary's error rate is not "
+                              "judged without it (repair or move it aside, then judge again)")

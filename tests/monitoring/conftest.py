@@ -19,6 +19,7 @@ from mlops.data.generator import Scenario, generate_transactions
 from mlops.prediction_log import PredictionLog, PredictionRecord
 from mlops.reference_profile import PROFILE_ARTIFACT, ReferenceProfile, build_profile
 from mlops.settings import Settings
+from monitoring.settings import MonitoringSettings
 
 ROWS = 8_000
 SEED = 11
@@ -102,3 +103,17 @@ def tracking_uri(tmp_path_factory: pytest.TempPathFactory, new_mlflow_home: Call
     """One MLflow store for the monitoring tests (a copy of the migrated template)."""
     home = new_mlflow_home(tmp_path_factory.mktemp("mlflow"))
     return f"sqlite:///{home / 'mlflow.db'}"
+
+
+@pytest.fixture
+def canary_settings(tmp_path: Path, new_mlflow_home: Callable[[Path], Path], monkeypatch: pytest.MonkeyPatch,
+                    register_profile: Registrar, reference: ReferenceProfile) -> tuple[MonitoringSettings, str, str]:
+    """A store of its own with version 1 in production and version 2 as a 20 % canary: (settings, 1, 2)."""
+    store = new_mlflow_home(tmp_path / "mlflow")
+    monkeypatch.setenv("MLOPS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MLOPS_TRACKING_URI", f"sqlite:///{store / 'mlflow.db'}")
+    settings = MonitoringSettings()
+    champion, candidate = register_profile(settings, reference), register_profile(settings, reference)
+    registry.promote(settings, champion, actor="test", reason="first")
+    registry.start_canary(settings, candidate, 20, actor="test", reason="candidate")
+    return settings, champion, candidate

@@ -19,7 +19,7 @@ from mlops import registry
 from mlops.contract import DataContract
 from mlops.failure_log import FailureLog, FailureRecord, read_failures
 from mlops.prediction_log import PAIRED_ROLE, PredictionLog, log_dir
-from mlops.reference_profile import ReferenceProfile, build_profile
+from mlops.reference_profile import build_profile
 from mlops.registry_audit import read_verdicts
 from mlops_cli.app import app
 from monitoring.canary import CanaryVerdict, References, judge_canary
@@ -28,7 +28,7 @@ from monitoring.settings import MonitoringSettings
 from monitoring.window import WindowSpec, read_window
 
 if TYPE_CHECKING:
-    from served_traffic import LogWriter, Registrar, Traffic
+    from served_traffic import LogWriter, Traffic
 
 runner = CliRunner()
 
@@ -293,20 +293,6 @@ def test_latency_p99_fails_only_past_its_ratio(
     latency = _check(verdict, "latency p99")
     assert latency["status"] == ("fail" if slow > 1.5 else "pass")
     assert verdict.verdict == ("roll back" if slow > 1.5 else "wait")
-
-
-@pytest.fixture
-def canary_settings(tmp_path: Path, new_mlflow_home: Callable[[Path], Path], monkeypatch: pytest.MonkeyPatch,
-                    register_profile: Registrar, reference: ReferenceProfile) -> tuple[MonitoringSettings, str, str]:
-    """A store of its own with version 1 in production and version 2 as a 20 % canary: (settings, 1, 2)."""
-    store = new_mlflow_home(tmp_path / "mlflow")
-    monkeypatch.setenv("MLOPS_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("MLOPS_TRACKING_URI", f"sqlite:///{store / 'mlflow.db'}")
-    settings = MonitoringSettings()
-    champion, candidate = register_profile(settings, reference), register_profile(settings, reference)
-    registry.promote(settings, champion, actor="test", reason="first")
-    registry.start_canary(settings, candidate, 20, actor="test", reason="candidate")
-    return settings, champion, candidate
 
 
 def _serve(settings: MonitoringSettings, write_log: LogWriter, canary: pd.DataFrame, champion: pd.DataFrame,
