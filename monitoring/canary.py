@@ -223,9 +223,13 @@ def _pr_auc(canary: pd.DataFrame, champion: pd.DataFrame, paired: pd.DataFrame,
         draws = np.random.default_rng(_SEED).integers(0, labels.size, size=(_BOOTSTRAP_DRAWS, labels.size))
         differences = np.array([average_precision(labels[d], ours_scores[d])
                                 - average_precision(labels[d], theirs_scores[d]) for d in draws])
+        # Rows without the champion's score (a busy service dropped it, or logged it before pairing)
+        # are left out of the pairs, never read as a score: both models are judged on the same rows.
+        rows = (f"the canary's {labels.size}" if labels.size == len(canary) else
+                f"{labels.size} of the canary's {len(canary)}")
         return _pr_auc_check(average_precision(labels, ours_scores), average_precision(labels, theirs_scores),
                              differences, settings, {"paired rows": float(labels.size)},
-                             f"paired: both models' scores of the canary's {labels.size} labelled rows")
+                             f"paired: both models' scores of {rows} labelled rows")
     labelled = min(len(canary), len(champion))
     positives = min(int(canary[LABEL].sum()), int(champion[LABEL].sum()))
     if labelled < settings.canary_min_labelled:

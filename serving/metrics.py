@@ -50,6 +50,10 @@ class ServiceMetrics:
         self.reloads = Counter("mlops_model_reloads", "Model reload attempts by result.", ["result"], registry=r)
         self.batch_size = Histogram("mlops_batch_size", "Rows per inference call.", buckets=_BATCH_BUCKETS,
                                     registry=r)
+        self.shadow_dropped = Counter(
+            "mlops_shadow_dropped_rows", "Rows whose off-path score (role challenger or champion-paired) was dropped: "
+            "MLOPS_SHADOW_MAX_PENDING batches were already waiting for the shadow thread.", ["role"], registry=r)
+        self.shadow_pending = Gauge("mlops_shadow_pending", "Batches waiting for the shadow thread.", registry=r)
         self._routes: dict[tuple[str, int | str], tuple[Any, Any]] = {}  # labelled children, looked up once
 
     def answered(self, route: str, status: int | str, seconds: float) -> None:
@@ -80,6 +84,10 @@ class ServiceMetrics:
             self.predictions.inc(rows)
         for probability in probabilities:
             self.probability.observe(probability)
+
+    def shadow_dropped_rows(self, role: str, rows: int) -> None:
+        """A batch of ``rows`` rows to score off the response path as ``role`` was dropped (the queue was full)."""
+        self.shadow_dropped.labels(role=role).inc(rows)
 
     def reload_failed(self) -> None:
         self.reloads.labels(result="failed").inc()

@@ -59,8 +59,8 @@ DEPLOYABLE_FIELDS = frozenset({
     "parity_tolerance", "device", "hidden_sizes", "dropout", "weight_decay", "precision", "compile_model",
     "negative_sample_rate", "max_train_seconds", "max_epoch_rows", "checkpoint_dir", "checkpoint_interval_s",
     "slice_f1_tolerance", "slice_min_positives", "slice_min_rows", "demo_rows",  # pipelines
-    "max_clock_skew_s", "model_poll_interval_s", "max_body_bytes", "shadow", "prediction_log_fsync_interval_s",
-    "grpc_port", "registry_startup_timeout_s",  # serving
+    "max_clock_skew_s", "model_poll_interval_s", "max_body_bytes", "shadow", "shadow_max_pending",
+    "prediction_log_fsync_interval_s", "grpc_port", "registry_startup_timeout_s",  # serving
     "drift_psi_warning", "drift_psi_critical", "drift_min_rows", "drift_cooldown_s", "drift_retrain",  # monitoring
     "estimate_drop_warning", "estimate_drop_critical", "calibration_ece_limit", "calibration_min_labelled",
     "canary_min_rows", "canary_min_latency_rows", "canary_min_labelled", "canary_min_positives",

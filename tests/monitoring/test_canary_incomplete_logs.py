@@ -1,6 +1,8 @@
-"""`mlops model canary judge` and the failure log it reads: failures it cannot read stop it in one line
-(exit 2, nothing acted on) instead of a traceback or a judgement without them; a torn last line does not.
-The canary failed a quarter of its rows, so a judgement without the failure log would look healthier."""
+"""The canary judge on incomplete logs. The failure log: failures it cannot read stop
+`mlops model canary judge` in one line (exit 2, nothing acted on) instead of a traceback or a judgement
+without them (the canary failed a quarter of its rows: without them it would look healthier); a torn
+last line does not. The paired scores: the champion's scores of only some canary rows (the service
+dropped the rest when its shadow scorer fell behind) pair just those rows, or none below the minimum."""
 
 from __future__ import annotations
 
@@ -8,14 +10,19 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
 from mlops import registry
+from mlops.contract import DataContract
 from mlops.failure_log import FailureLog, FailureRecord, failure_dir
-from mlops.prediction_log import PredictionLog, log_dir
+from mlops.prediction_log import PAIRED_ROLE, PredictionLog, log_dir
 from mlops_cli.app import app
+from monitoring.canary import judge_canary
+from monitoring.labels import ID, LABEL
 from monitoring.settings import MonitoringSettings
+from monitoring.window import WindowSpec, read_window
 
 if TYPE_CHECKING:
     from served_traffic import LogWriter, Traffic
@@ -72,3 +79,32 @@ def test_judge_reads_past_a_torn_last_line_and_rolls_the_failing_canary_back(
     assert "verdict: roll back" in judged.output
     assert "error rate: fail" in judged.output
     assert registry.canary(settings) is None
+
+
+@pytest.mark.parametrize("share", [0.6, 0.05])
+def test_missing_paired_scores_leave_their_rows_out_of_the_pairs(
+        tmp_path: Path, live: Traffic, write_log: LogWriter, contract: DataContract, share: float) -> None:
+    window = live("none")
+    canary, champion = window.iloc[:CANARY_ROWS], window.iloc[CANARY_ROWS:]
+    paired = canary.iloc[:int(CANARY_ROWS * share)]  # the champion's scores (one graph: the canary's) of these only
+    log = PredictionLog(tmp_path / "predictions")
+    write_log(champion, log, version="1")
+    write_log(canary, log, version="2", role="canary")
+    write_log(paired, log, version="1", role=PAIRED_ROLE)
+    log.close()
+    labels = pd.DataFrame({ID: window[contract.id_column].astype(str), LABEL: window[contract.label_column]})
+    settings = MonitoringSettings(home=tmp_path)
+
+    verdict = judge_canary(read_window(tmp_path / "predictions", WindowSpec()), labels, settings,
+                           positive="fraud", canary_version="2")
+
+    [pr_auc] = [c for c in verdict.checks if c.name == "PR-AUC"]
+    assert (verdict.canary_rows, verdict.champion_rows) == (CANARY_ROWS, len(champion))  # paired rows are no arm
+    if len(paired) >= settings.canary_min_labelled:
+        of = f"{len(paired)} of the canary's {CANARY_ROWS}"
+        assert pr_auc.note == f"paired: both models' scores of {of} labelled rows"
+        assert pr_auc.figures["paired rows"] == len(paired)
+        assert pr_auc.figures["difference"] == pr_auc.figures["99% low"] == pr_auc.figures["99% high"] == 0.0
+    else:
+        assert pr_auc.note.startswith("unpaired: too few of the canary's rows have the champion's score")
+        assert "paired rows" not in pr_auc.figures
