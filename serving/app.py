@@ -29,6 +29,7 @@ from starlette.concurrency import run_in_threadpool
 from feature_repo.online import open_online_features
 from mlops.contract import load_contract
 from mlops.failure_log import FailureLog, failure_dir
+from mlops.log_owner import claim_log, registry_identity
 from mlops.prediction_log import PredictionLog, log_dir
 from mlops.store_location import check_home_location
 from serving import admin, oip
@@ -39,7 +40,6 @@ from serving.errors import ErrorResponse, install_error_handlers
 from serving.front import ServiceApp
 from serving.lifecycle import ModelManager
 from serving.metrics import ServiceMetrics
-from serving.model_cache import registry_identity
 from serving.predictor import Predictor
 from serving.schemas import (
     HealthResponse,
@@ -121,6 +121,8 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
     check_home_location(settings)  # a copied home is refused here, in one line, not served from the original
     # Named explicitly, the tracking store is never created by the service: a missing one is an outage.
     settings = settings.model_copy(update={"tracking_uri": settings.resolved_tracking_uri})
+    # Its answers join this store's log only: another store's service on the same home stops here.
+    claim_log(settings, settings.resolved_home / "predictions")
     contract = load_contract(settings.contract_path)
     metrics = ServiceMetrics()
     state = ServiceState(settings, contract, metrics,

@@ -16,20 +16,12 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from mlops.errors import ModelNotReadyError
+from mlops.log_owner import registry_identity
 from mlops.registry import ServedModel
 
 _CHUNK = 1 << 20
-
-
-def registry_identity(tracking_uri: str) -> str:
-    """The tracking URI without user and password: the same store whatever credentials reach it."""
-    netloc = urlsplit(tracking_uri).netloc
-    if "@" not in netloc:
-        return tracking_uri  # untouched: urlunsplit would rewrite sqlite:////abs/path
-    return tracking_uri.replace(netloc, netloc.rsplit("@", 1)[1], 1)
 
 
 def _sha256(path: Path) -> str:

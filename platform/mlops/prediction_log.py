@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict
 
 from mlops.features import to_micros
+from mlops.log_owner import check_owner
 from mlops.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,10 @@ PLAIN_FIELDS = ("event_id", "event_timestamp", "logged_at", "unknown_entities", 
 
 
 def log_dir(settings: Settings) -> Path:
-    return settings.resolved_home / "predictions"
+    """The home's prediction log; ConfigError when another tracking store claimed it (mlops.log_owner)."""
+    directory = settings.resolved_home / "predictions"
+    check_owner(settings, directory)
+    return directory
 
 
 def _row(record: PredictionRecord) -> dict[str, Any]:

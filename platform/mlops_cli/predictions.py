@@ -65,7 +65,10 @@ def show_command(
     elif output == "json":
         sys.stdout.write(json.dumps(frame.to_dict(orient="records"), default=_json_value, indent=1) + "\n")
     else:
-        _print_table(frame, with_features=features)
+        from mlops.log_owner import describe_store, log_owner
+
+        owner = log_owner(log_dir(settings))
+        _print_table(frame, with_features=features, store=describe_store(owner) if owner else "no store yet")
 
 
 def served_answers(frame: pd.DataFrame, version: str | None, last: int) -> pd.DataFrame:
@@ -88,9 +91,10 @@ def _json_value(value: Any) -> Any:
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
-def _print_table(frame: pd.DataFrame, *, with_features: bool) -> None:
+def _print_table(frame: pd.DataFrame, *, with_features: bool, store: str) -> None:
     """One line per answer (cells are cut with an ellipsis rather than wrapped), under one header line;
-    the count goes to stderr. What the model saw, a long cell, only when asked for."""
+    the count and the tracking store the versions belong to go to stderr. What the model saw, a long
+    cell, only when asked for."""
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False, header_style="bold")
@@ -108,7 +112,7 @@ def _print_table(frame: pd.DataFrame, *, with_features: bool) -> None:
         if with_features:
             row.append(", ".join(f"{name}={_short(values[name])}" for name in seen))
         table.add_row(*row)
-    err_console.print(f"{len(frame):,} answers, oldest first"
+    err_console.print(f"{len(frame):,} answers, oldest first; versions of {store}"
                       + ("" if with_features else " (--features: what the model saw)"), highlight=False)
     console.print(table, soft_wrap=False)
 

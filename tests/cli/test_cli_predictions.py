@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from mlops.log_owner import claim_log
 from mlops.prediction_log import PredictionLog, PredictionRecord, log_dir
 from mlops.settings import Settings
 from mlops_cli.app import app
@@ -115,8 +116,15 @@ def test_the_table_is_one_line_per_answer_with_the_event_time_and_features_on_re
     assert "merchant_window_feature" not in shown.stdout
     assert "50 answers" in shown.stderr
     assert "--features" in shown.stderr
+    assert "versions of no store yet" in shown.stderr  # no service claimed this log
 
     with_features = runner.invoke(app, ["predictions", "show", "--since", "1d", "--features"])
     assert with_features.exit_code == 0, with_features.output
     assert "merchant_window_feature_11=" in with_features.stdout
     assert len(with_features.stdout.splitlines()) > len(lines)
+
+    claim_log(Settings(home=home, tracking_uri="http://serving:pw@127.0.0.1:5000"), home / "predictions")
+    claimed = runner.invoke(app, ["predictions", "show", "--since", "1d"],
+                            env={"MLOPS_TRACKING_URI": "http://admin:other@127.0.0.1:5000"})
+    assert claimed.exit_code == 0, claimed.output
+    assert "versions of http://127.0.0.1:5000" in " ".join(claimed.stderr.split())

@@ -10,6 +10,7 @@ which every module only reads.
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +25,7 @@ from feature_repo.store import materialize_online, publish_features
 from mlops import feature_store, registry
 from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
+from mlops.log_owner import CLAIM_FILE, store_identity
 from mlops.registry_client import activate
 from mlops.store_location import relocate_store
 from pipelines.settings import PipelineSettings
@@ -134,3 +136,20 @@ def cache_for_dead_registry(settings: ServingSettings, dead_tracking_uri: str,
     entry = live.read(settings.serving_alias)
     assert entry is not None, "no cached model: the service of these settings has not loaded one"
     ModelCache(root, dead_tracking_uri, settings.model_name).write(settings.serving_alias, entry)
+
+
+@contextmanager
+def log_handed_to(settings: ServingSettings, dead_tracking_uri: str) -> Iterator[None]:
+    """While inside, the home's prediction log belongs to ``dead_tracking_uri``'s store.
+
+    A dead URI stands in for the home's own (killed) registry, but the log's claim names stores by
+    URI: the replica of the dead one would be refused. The claim goes back on leaving.
+    """
+    claim = settings.resolved_home / "predictions" / CLAIM_FILE
+    before = claim.read_bytes()
+    claim.write_text(json.dumps({"store": store_identity(settings.model_copy(
+        update={"tracking_uri": dead_tracking_uri}))}))
+    try:
+        yield
+    finally:
+        claim.write_bytes(before)

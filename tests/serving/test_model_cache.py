@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from mlops.errors import ModelNotReadyError
+from mlops.log_owner import registry_identity
 from mlops.registry import ServedModel
-from serving.model_cache import ModelCache, registry_identity
+from serving.model_cache import ModelCache
 
 URI = "http://mlflow:s3cret@127.0.0.1:5000"
 

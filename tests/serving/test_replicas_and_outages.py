@@ -28,7 +28,7 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from served_platform import ServedPlatform, cache_for_dead_registry, sample_body
+from served_platform import ServedPlatform, cache_for_dead_registry, log_handed_to, sample_body
 from service_process import ServiceProcess, free_port, start_service
 
 from feature_repo.online import open_online_features
@@ -179,7 +179,8 @@ def test_a_replica_started_while_mlflow_is_down_serves_its_cache_and_masks_crede
     env = {"MLOPS_HOME": str(platform_home.settings.resolved_home), "MLOPS_TRACKING_URI": dead,
            "MLOPS_DEV_MODE": "false", "MLOPS_ADMIN_TOKEN": TOKEN, "MLOPS_MODEL_POLL_INTERVAL_S": "1"}
     cache_for_dead_registry(platform_home.settings, dead)
-    replica = start_service(env, tmp_path / "replica.log")
+    with log_handed_to(platform_home.settings, dead):
+        replica = start_service(env, tmp_path / "replica.log")
     try:
         health = httpx.get(replica.url + "/healthz", timeout=5).json()
         auth = {"authorization": f"Bearer {TOKEN}"}

@@ -25,7 +25,7 @@ import onnx
 import pytest
 import tritonclient.http as oip
 from prometheus_client.parser import text_string_to_metric_families
-from served_platform import ServedPlatform, cache_for_dead_registry
+from served_platform import ServedPlatform, cache_for_dead_registry, log_handed_to
 from service_process import ServiceProcess, free_port, predict_load, start_service
 
 from mlops import registry
@@ -406,7 +406,8 @@ def test_started_without_registry_serves_the_cached_model_and_sigkill_loses_no_a
     env = {"MLOPS_HOME": str(home), "MLOPS_TRACKING_URI": f"sqlite:///{dead}/mlflow.db",
            "MLOPS_MODEL_POLL_INTERVAL_S": "5", "MLOPS_DEV_MODE": "true"}
     cache_for_dead_registry(served.platform.settings, env["MLOPS_TRACKING_URI"], f"sqlite:///{served.link}/mlflow.db")
-    cached = start_service(env, tmp_path / "cached.log")
+    with log_handed_to(served.platform.settings, env["MLOPS_TRACKING_URI"]):
+        cached = start_service(env, tmp_path / "cached.log")
     try:
         health = httpx.get(cached.url + "/healthz", timeout=5).json()
         acknowledged: list[str] = []
