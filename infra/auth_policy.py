@@ -42,7 +42,8 @@ def _from_secret(variable: Obj | None) -> bool:
 
 
 def environment(objects: list[Obj], pod: PodTemplate, container: Obj) -> dict[str, Obj]:
-    """The container's variables by name: envFrom ConfigMaps of the same namespace first, env over them."""
+    """The container's variables by name: envFrom ConfigMaps of the same namespace first, env over them;
+    a configMapKeyRef to a ConfigMap of the namespace becomes the value it names."""
     config_maps = {(obj["metadata"].get("namespace"), obj["metadata"]["name"]): obj.get("data", {})
                    for obj in objects if obj.get("kind") == "ConfigMap"}
     found: dict[str, Obj] = {}
@@ -51,7 +52,10 @@ def environment(objects: list[Obj], pod: PodTemplate, container: Obj) -> dict[st
         if ref:
             data = config_maps.get((pod.namespace, ref["name"]), {})
             found.update({name: {"name": name, "value": value} for name, value in data.items()})
-    found.update({variable["name"]: variable for variable in container.get("env", [])})
+    for variable in container.get("env", []):
+        ref = variable.get("valueFrom", {}).get("configMapKeyRef")
+        value = config_maps.get((pod.namespace, ref["name"]), {}).get(ref["key"]) if ref else None
+        found[variable["name"]] = {"name": variable["name"], "value": value} if value is not None else variable
     return found
 
 

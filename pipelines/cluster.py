@@ -1,7 +1,12 @@
 """Kubernetes settings of pipeline tasks on a GPU cluster (kfp-kubernetes), kept apart from the
 pipeline's shape. On Kubeflow the train task lands on a GPU node through the platform's
 conventions (infra/README.md): GPU resource and product, the GPU taint's toleration, and a Kueue
-LocalQueue that admits it against the team's quota. kfp.local ignores all of it.
+LocalQueue that admits it against the team's quota. Every task talks to the platform's MLflow (each
+step logs into the pipeline's run), so every task gets the server's address from the ConfigMap
+``pipeline-config`` and the pipeline's MLflow account from the Secret ``mlflow-admin`` of the
+pipeline's namespace, as environment variables the pod's spec names (never a value in the compiled
+pipeline). No task talks to Redis: preprocess leaves the online store alone. kfp.local ignores all
+of it (its tasks get the runner's settings record).
 """
 
 from __future__ import annotations
@@ -21,6 +26,14 @@ TRAIN_PRIORITY = "batch-training"
 TRAIN_GPU_PRODUCT = "NVIDIA-A100-SXM4-80GB"
 TRAIN_GPUS = 1
 
+# The Kubeflow profile the pipeline runs in, and what it finds there (infra/base/training/pipeline-config.yaml;
+# the Secret is created out of band, infra/README.md "Install", step 5, like the TrainJob's).
+PIPELINE_NAMESPACE = "team-fraud"
+PIPELINE_CONFIG = "pipeline-config"
+PIPELINE_CONFIG_ENV = {"MLOPS_TRACKING_URI": "MLOPS_TRACKING_URI"}
+TRACKING_SECRET = "mlflow-admin"
+TRACKING_SECRET_ENV = {"username": "MLOPS_TRACKING_USERNAME", "password": "MLOPS_TRACKING_PASSWORD"}
+
 
 def run_on_gpu_queue(task: PipelineTask, *, gpus: int = TRAIN_GPUS, product: str = TRAIN_GPU_PRODUCT,
                      queue: str = TRAIN_QUEUE, priority: str = TRAIN_PRIORITY) -> PipelineTask:
@@ -31,4 +44,11 @@ def run_on_gpu_queue(task: PipelineTask, *, gpus: int = TRAIN_GPUS, product: str
     kubernetes.add_node_selector(task, GPU_PRODUCT_LABEL, product)
     kubernetes.add_pod_label(task, QUEUE_LABEL, queue)
     kubernetes.add_pod_label(task, PRIORITY_LABEL, priority)
+    return task
+
+
+def use_platform_mlflow(task: PipelineTask, *, secret: str = TRACKING_SECRET) -> PipelineTask:
+    """The task's MLflow server from ``pipeline-config`` and its user and password from ``secret``."""
+    kubernetes.use_config_map_as_env(task, PIPELINE_CONFIG, PIPELINE_CONFIG_ENV)
+    kubernetes.use_secret_as_env(task, secret, TRACKING_SECRET_ENV)
     return task

@@ -13,7 +13,7 @@ from typing import Any
 
 from kfp import compiler, dsl
 
-from pipelines.cluster import run_on_gpu_queue
+from pipelines.cluster import run_on_gpu_queue, use_platform_mlflow
 from pipelines.orchestration.declaration import RECORD, STEPS, Step, pipeline_parameters
 from pipelines.orchestration.kfp_components import component
 
@@ -35,6 +35,7 @@ def _add_task(step: Step, steps: tuple[Step, ...], arguments: dict[str, Any], ta
             task = component(step, steps)(**inputs)
     for earlier in step.after:
         task.after(tasks[earlier])
+    use_platform_mlflow(task)  # every step logs into the pipeline's MLflow run
     if step.resources.gpus:
         run_on_gpu_queue(task, gpus=step.resources.gpus)
     if step.resources.cpu:
