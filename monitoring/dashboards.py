@@ -51,6 +51,10 @@ DASHBOARDS: dict[str, tuple[str, tuple[Panel, ...]]] = {
             ("histogram_quantile(0.95, sum by (le) (rate(mlops_feature_fetch_seconds_bucket[5m])))", "features"),
             ("histogram_quantile(0.95, sum by (le) (rate(mlops_inference_seconds_bucket[5m])))", "inference")), "s"),
         Panel("Model reloads", (("sum by (result) (increase(mlops_model_reloads_total[1h]))", "{{result}}"),)),
+        # Off the response path: the challenger's and the canary rows' champion-paired scores.
+        Panel("Shadow scoring: waiting batches and dropped rows", (
+            ("max(mlops_shadow_pending)", "batches waiting"),
+            ("sum by (role) (rate(mlops_shadow_dropped_rows_total[5m]))", "{{role}} rows dropped /s"))),
     )),
     "drift": ("Drift", (
         Panel("Drift score per feature (PSI)", (
