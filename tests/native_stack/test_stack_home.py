@@ -1,20 +1,24 @@
 """`make demo` then `make stack` (issue 30, point 3, acceptance 4): the stack keeps to its own home.
 
-The embedded home is not a full `make demo` (minutes on two shared cores) but its pieces, made in a
-temporary folder that is also the working directory, so both homes take their defaults (`.mlops`
-and the stack profile's `.mlops-stack`): the inline pipeline on 3,000 generated rows promotes
-version 1 in the embedded SQLite store, the service's model cache holds it, and the prediction log
-holds version 1 and 2 answers dated ten minutes ahead, inside any window the stack's jobs read, so a
-stack that read the embedded log would count them. Every file of the embedded home is hashed before
-the stack starts; then the stack serves nothing (503) until its own pipeline promotes its own
-version 1, answers traffic, its drift job and its canary judge (a second version at a 50 % canary)
-count exactly the stack's answers, and after `stack down` the embedded home is byte-identical.
+The embedded home is made by the real `mlops demo` (what `make demo` runs) on 3,000 generated rows,
+in a temporary folder that is also the working directory, so both homes take their defaults
+(`.mlops` and the stack profile's `.mlops-stack`): the inline pipeline promotes version 1 in the
+embedded SQLite store, the demo's service caches it, claims its log and logs its answers. Answers
+of versions 1 and 2 dated ten minutes ahead are added to that log, inside any window the stack's
+jobs read, so a stack that read the embedded log would count them. Every file of the embedded home
+is hashed before the stack starts; then the stack serves nothing (503) until its own pipeline
+promotes its own version 1, answers traffic, its drift job and its canary judge (a second version
+at a 50 % canary) count exactly the stack's answers, the stack's settings pointed at the embedded
+home are refused in one line, and after `stack down` the embedded home is byte-identical.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -29,6 +33,8 @@ from stack_binaries import NEEDS_SERVERS
 from mlops import registry
 from mlops.contract import load_contract
 from mlops.data.generator import generate_transactions
+from mlops.errors import ConfigError
+from mlops.log_owner import log_owner
 from mlops.prediction_log import PredictionLog, PredictionRecord, log_dir
 from mlops.settings import Settings
 from monitoring.canary import run_canary
@@ -42,7 +48,6 @@ from pipelines.demo_replay import request_body
 from pipelines.orchestration.runner import run_pipeline
 from pipelines.settings import PipelineSettings
 from pipelines.steps.preprocess import time_split
-from serving.model_cache import ModelCache
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800), NEEDS_SERVERS]
 ROWS = 3000
@@ -54,15 +59,12 @@ def _hashes(home: Path) -> dict[str, str]:
             for path in sorted(home.rglob("*")) if path.is_file()}
 
 
-def _embedded_home(source: Path, bodies: list[dict[str, object]]) -> str:
-    """The demo's pieces under ./.mlops: a promoted version, its cache entry, a log of its answers."""
-    settings = PipelineSettings()
-    outcome = run_pipeline(str(source), settings, run_name="embedded", runner="inline")
-    assert outcome.decision == "promote"
-    assert outcome.version is not None
-    served = registry.download_serving_model(settings, settings.resolved_home / "download")
-    ModelCache(settings.resolved_home / "serving" / "cache", settings.resolved_tracking_uri,
-               settings.model_name).write(settings.serving_alias, served)
+def _embedded_home(bodies: list[dict[str, object]]) -> str:
+    """`mlops demo` under ./.mlops, then answers dated ahead in its log; returns the promoted version."""
+    demo = subprocess.run([sys.executable, "-m", "mlops_cli", "demo", "--rows", str(ROWS)], capture_output=True,
+                          text=True, timeout=900, check=False, env={**os.environ, "MLOPS_PORT": str(free_port())})
+    assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+    settings = Settings()
     log = PredictionLog(log_dir(settings), fsync_interval_s=0)
     ahead = datetime.now(UTC) + timedelta(minutes=10)
     contract = load_contract(settings.contract_path)
@@ -74,7 +76,7 @@ def _embedded_home(source: Path, bodies: list[dict[str, object]]) -> str:
             unknown_categories=[], probability=0.5, decision=contract.decisions.negative,
             model_name=settings.model_name, model_version=str(1 + n % 2)))
     log.close()
-    return outcome.version
+    return str(registry.alias_version(settings))
 
 
 @pytest.fixture
@@ -96,11 +98,13 @@ def test_the_stack_never_serves_reads_or_writes_the_embedded_home(work: Path, mo
     data.to_parquet(source, index=False)
     contract = load_contract(Settings().contract_path)
     bodies = [request_body(row, contract) for _, row in time_split(data, contract)["test"].iterrows()]
-    assert _embedded_home(source, bodies[:60]) == "1"
+    assert _embedded_home(bodies[:60]) == "1"
     embedded = work / ".mlops"
     before = _hashes(embedded)
     assert any(name.startswith("predictions/") for name in before)
     assert "mlflow.db" in before
+    assert any(name.startswith("serving/cache/") for name in before)  # the demo's service cached its model
+    assert log_owner(embedded / "predictions") == "home:mlflow.db"
 
     ports = {name: free_port() for name in ("mlflow", "redis", "pushgateway", "serving", "postgres", "prometheus")}
     for key, value in {"MLOPS_PROFILE": "stack", "MLOPS_TRACKING_URI": f"http://127.0.0.1:{ports['mlflow']}",
@@ -141,6 +145,10 @@ def _the_stack_keeps_to_itself(settings: StackSettings, source: Path, bodies: li
         assert stack_log == settings.resolved_home / "predictions"
         drift = run_drift(MonitoringSettings(), WindowSpec())
         assert drift.rows == BEFORE_CANARY, drift  # the embedded log's 60 answers are not in it
+        assert log_owner(stack_log) == settings.resolved_tracking_uri  # claimed by the stack's own service
+        # The stack's settings pointed at the embedded home: refused in one line, nothing read.
+        with pytest.raises(ConfigError, match="belongs to the home's own store"):
+            log_dir(MonitoringSettings(home=settings.resolved_home.parent / ".mlops"))
 
         champion = registry.client(settings).get_model_version(settings.model_name, "1")
         second = registry.register_version(settings, str(champion.source), champion.run_id or "", {})
