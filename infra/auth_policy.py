@@ -9,6 +9,9 @@
   MLOPS_REDIS_PASSWORD_FILE inside a mounted Secret.
 - No argument expands a variable that comes from a Secret: `$(VAR)` in args would put the value on
   the process's command line.
+- The Job that creates the prediction service's MLflow user (mlflow-serving-user) has a CronJob
+  (mlflow-serving-user-sync) running exactly its pod spec, so a rotated `mlflow-serving` password
+  reaches MLflow without anyone re-running the Job.
 """
 
 from __future__ import annotations
@@ -110,6 +113,24 @@ def _argument_problems(pod: PodTemplate, container: Obj, env: dict[str, Obj]) ->
     argv = " ".join(str(part) for part in container.get("command", []) + container.get("args", []))
     return [f"{pod.where} container {container['name']}: $({name}) from a Secret in its arguments"
             for name in re.findall(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", argv) if _from_secret(env.get(name))]
+
+
+SERVING_USER_JOB = "mlflow-serving-user"
+SERVING_USER_SYNC = "mlflow-serving-user-sync"
+
+
+def serving_user_follows_its_secret(objects: list[Obj]) -> list[str]:
+    """The serving user's Job and its CronJob run one pod spec (nothing to check without the Job)."""
+    pods = {pod.owner.get("kind"): pod for pod in pod_templates(objects)
+            if pod.owner.get("metadata", {}).get("name") in (SERVING_USER_JOB, SERVING_USER_SYNC)}
+    job, sync = pods.get("Job"), pods.get("CronJob")
+    if job is None:
+        return []
+    if sync is None:
+        return [f"{job.where}: no CronJob {SERVING_USER_SYNC} re-runs it, so a rotated password never "
+                "reaches MLflow"]
+    differing = sorted(key for key in set(job.spec) | set(sync.spec) if job.spec.get(key) != sync.spec.get(key))
+    return [f"{sync.where}: its pod spec differs from {job.where}'s in {differing}"] if differing else []
 
 
 def servers_authenticate_and_clients_use_secrets(objects: list[Obj]) -> list[str]:

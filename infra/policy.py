@@ -21,7 +21,11 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from infra.auth_policy import is_secret_file, servers_authenticate_and_clients_use_secrets
+from infra.auth_policy import (
+    is_secret_file,
+    servers_authenticate_and_clients_use_secrets,
+    serving_user_follows_its_secret,
+)
 from infra.manifests import object_id
 from infra.pods import GPU_TAINT_KEY, Obj, PodTemplate, pod_templates
 from infra.training_policy import distributed_training_is_gang_and_resumable, priorities_are_ordered
@@ -172,6 +176,7 @@ POLICIES: dict[str, Callable[[list[Obj]], list[str]]] = {
     "no inline secret values": no_inline_secrets,
     "the prediction service's admin token comes from a Secret": services_get_their_admin_token_from_a_secret,
     "servers authenticate, clients' credentials come from Secrets": servers_authenticate_and_clients_use_secrets,
+    "a rotated serving password reaches MLflow": serving_user_follows_its_secret,
     "distributed training runs whole and resumes": distributed_training_is_gang_and_resumable,
     "priorities are ordered": priorities_are_ordered,
 }

@@ -27,7 +27,8 @@ from infra.pods import PodTemplate, pod_templates
 Objects = list[dict[str, Any]]
 # Every pod that talks to MLflow or Redis, by owner, with the MLflow Secret it must use.
 CLIENTS = {"Deployment/mlops/prediction-service": "mlflow-serving", "CronJob/mlops/drift-check": "mlflow-admin",
-           "CronJob/mlops/canary-judge": "mlflow-admin", "Job/mlops/mlflow-serving-user": "mlflow-admin"}
+           "CronJob/mlops/canary-judge": "mlflow-admin", "Job/mlops/mlflow-serving-user": "mlflow-admin",
+           "CronJob/mlops/mlflow-serving-user-sync": "mlflow-admin"}
 
 
 def _pod(objects: Objects, where: str) -> PodTemplate:
@@ -112,12 +113,47 @@ def test_every_client_gets_its_credentials_from_secrets(built: dict[str, Objects
 
 def test_the_service_reads_mlflow_as_the_user_the_job_creates(built: dict[str, Objects]) -> None:
     objects = built["prod"]
-    job = _pod(objects, "Job/mlops/mlflow-serving-user").containers[0]
-    assert job["command"] == ["python", "/etc/mlflow/create_user.py"]
-    assert job["image"] == _mlflow(objects)["containers"][0]["image"]
-    env = {variable["name"]: variable for variable in job["env"]}
-    assert env["MLFLOW_NEW_USERNAME"]["valueFrom"]["secretKeyRef"] == {"name": "mlflow-serving", "key": "username"}
-    assert env["MLFLOW_TRACKING_USERNAME"]["valueFrom"]["secretKeyRef"] == {"name": "mlflow-admin", "key": "username"}
+    for where in ("Job/mlops/mlflow-serving-user", "CronJob/mlops/mlflow-serving-user-sync"):
+        pod = _pod(objects, where)
+        job = pod.containers[0]
+        assert job["command"] == ["python", "/etc/mlflow/create_user.py"]
+        assert job["image"] == _mlflow(objects)["containers"][0]["image"]
+        env = {variable["name"]: variable for variable in job["env"]}
+        assert env["MLFLOW_NEW_USERNAME"]["valueFrom"]["secretKeyRef"] == {"name": "mlflow-serving",
+                                                                           "key": "username"}
+        assert env["MLFLOW_TRACKING_USERNAME"]["valueFrom"]["secretKeyRef"] == {"name": "mlflow-admin",
+                                                                                "key": "username"}
+        # The new user's password is the service's own file: the Secret the service mounts.
+        assert is_secret_file(pod, job, env["MLFLOW_NEW_PASSWORD_FILE"])
+        volumes = {volume["name"]: volume for volume in pod.spec["volumes"]}
+        mount = next(m for m in job["volumeMounts"]
+                     if env["MLFLOW_NEW_PASSWORD_FILE"]["value"].startswith(m["mountPath"] + "/"))
+        assert volumes[mount["name"]]["secret"]["secretName"] == "mlflow-serving"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_a_rotated_serving_password_is_set_by_a_cronjob_running_the_jobs_pod(
+        built: dict[str, Objects], overlay: str) -> None:
+    """The install-time Job and the CronJob that keeps the user in step with its Secret run one pod
+    spec, hardened like the platform's other jobs; the CronJob never overlaps itself."""
+    objects = built[overlay]
+    job, sync = _pod(objects, "Job/mlops/mlflow-serving-user"), _pod(objects, "CronJob/mlops/mlflow-serving-user-sync")
+    assert sync.spec == job.spec
+    cronjob = find(objects, "CronJob", "mlflow-serving-user-sync")["spec"]
+    assert cronjob["schedule"] == "*/10 * * * *"
+    assert cronjob["concurrencyPolicy"] == "Forbid"
+    assert cronjob["successfulJobsHistoryLimit"] <= 3
+    assert cronjob["failedJobsHistoryLimit"] <= 3
+    # A run ends before the next one is due (every 10 minutes).
+    assert cronjob["jobTemplate"]["spec"]["activeDeadlineSeconds"] < 600
+    spec = sync.spec
+    assert spec["priorityClassName"] in {o["metadata"]["name"] for o in objects if o["kind"] == "PriorityClass"}
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in spec["containers"]:
+        assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+        assert {"cpu", "memory"} <= set(container["resources"]["requests"])
+        assert "memory" in container["resources"]["limits"]
 
 
 @pytest.mark.parametrize("overlay", ["prod", "volcano"])

@@ -46,6 +46,18 @@ def _redis_container(objects: Objects) -> dict[str, Any]:
     return container
 
 
+def _serving_user_sync_pod(objects: Objects) -> dict[str, Any]:
+    cronjob = find(objects, "CronJob", "mlflow-serving-user-sync")
+    spec: dict[str, Any] = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    return spec
+
+
+def _literal_admin_password(objects: Objects) -> None:
+    container = _serving_user_sync_pod(objects)["containers"][0]
+    container["env"] = [v for v in container["env"] if v["name"] != "MLFLOW_TRACKING_PASSWORD_FILE"]
+    container["env"].append({"name": "MLFLOW_TRACKING_PASSWORD", "value": "hunter2"})
+
+
 def _trainjob(objects: Objects) -> dict[str, Any]:
     return find(objects, "TrainJob", "fraud-distributed")
 
@@ -119,6 +131,17 @@ CASES: dict[str, tuple[Callable[[Objects], Any], str]] = {
     "Redis password file outside a mounted Secret": (
         lambda o: _serving_pod(o)["volumes"].__setitem__(-1, {"name": "redis-credentials", "emptyDir": {}}),
         "container server: talks to Redis without MLOPS_REDIS_PASSWORD_FILE in a mounted Secret"),
+    "serving user never re-set after a rotation": (
+        lambda o: _drop(o, "CronJob", "mlflow-serving-user-sync", "mlops"),
+        "Job/mlops/mlflow-serving-user: no CronJob mlflow-serving-user-sync re-runs it"),
+    "serving user's CronJob runs another pod than its Job": (
+        lambda o: _serving_user_sync_pod(o).update(priorityClassName="research"),
+        "CronJob/mlops/mlflow-serving-user-sync: its pod spec differs from Job/mlops/mlflow-serving-user's in "
+        "['priorityClassName']"),
+    "serving user's CronJob with a literal admin password": (
+        _literal_admin_password,
+        "CronJob/mlops/mlflow-serving-user-sync container create-user: talks to MLflow without "
+        "MLFLOW_TRACKING_PASSWORD(_FILE) from a Secret"),
     "training without the MLflow user": (
         lambda o: _trainjob(o)["spec"]["trainer"].update(env=[
             v for v in _trainjob(o)["spec"]["trainer"]["env"] if v["name"] != "MLOPS_TRACKING_USERNAME"]),

@@ -1,6 +1,7 @@
-"""infra/docker/mlflow/create_user.py (docker-compose's mlflow-users, the Job mlflow-serving-user)
-against a real `mlflow server --app-name basic-auth` with the compose image's auth config: the user it
-creates reads what the admin wrote and cannot change it; a second run sets the password it is given.
+"""infra/docker/mlflow/create_user.py (docker-compose's mlflow-users, the Job mlflow-serving-user and
+the CronJob mlflow-serving-user-sync) against a real `mlflow server --app-name basic-auth` with the
+compose image's auth config: the user it creates reads what the admin wrote and cannot change it; a
+later run leaves a user whose password still signs in alone and sets a rotated one.
 (Without MLflow's workspaces every authenticated user may still create experiments and models of its
 own; none of the admin's experiments, runs or registered models.)"""
 
@@ -10,6 +11,7 @@ import os
 import secrets
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -34,9 +36,13 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("mlflow-auth")
+
+
+@pytest.fixture(scope="module")
+def server(root: Path) -> Iterator[str]:
     """The basic-auth app on the compose image's basic_auth.ini, its user store moved under tmp."""
-    root = tmp_path_factory.mktemp("mlflow-auth")
     ini = (MLFLOW_DIR / "basic_auth.ini").read_text().replace(
         "sqlite:////var/lib/mlflow-auth/basic_auth.db", f"sqlite:///{root / 'basic_auth.db'}")
     assert str(root) in ini  # the committed config's store path is the one replaced
@@ -121,14 +127,44 @@ def test_the_created_user_reads_what_the_admin_wrote_and_cannot_write(server: st
     assert _api(server, "GET", "experiments/get", ("serving", "wrong"), experiment_id=experiment).status_code == 401
 
 
-def test_a_second_run_sets_the_new_password(server: str, tmp_path: Path) -> None:
+def _password_hash(root: Path, username: str) -> str:
+    """The user store's row for USERNAME (a new salt on every password write)."""
+    with sqlite3.connect(root / "basic_auth.db") as store:
+        row = store.execute("SELECT password_hash FROM users WHERE username = ?", (username,)).fetchone()
+    assert row is not None, username
+    return str(row[0])
+
+
+def _signs_in(server: str, user: tuple[str, str]) -> int:
+    return _api(server, "GET", "experiments/search", user, max_results=1).status_code
+
+
+def test_each_scheduled_run_leaves_a_current_password_alone_and_sets_a_rotated_one(
+        server: str, root: Path, tmp_path: Path) -> None:
+    """What the CronJob does every 10 minutes: the same password file -> nothing written; the Secret
+    rotated (the file now holds another password) -> the next run sets it, the old one gets 401."""
     first, second = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
-    assert _create_user(server, "rotated", first, tmp_path).returncode == 0
-    again = _create_user(server, "rotated", second, tmp_path)
-    assert again.returncode == 0, again.stderr
-    assert again.stdout.strip() == "create_user: rotated updated"
-    assert _api(server, "GET", "experiments/search", ("rotated", second), max_results=1).status_code == 200
-    assert _api(server, "GET", "experiments/search", ("rotated", first), max_results=1).status_code == 401
+    assert _create_user(server, "rotated", first, tmp_path).stdout.strip() == "create_user: rotated created"
+    stored = _password_hash(root, "rotated")
+
+    same = _create_user(server, "rotated", first, tmp_path)
+    assert same.returncode == 0, same.stderr
+    assert same.stdout.strip() == "create_user: rotated unchanged"
+    assert _password_hash(root, "rotated") == stored  # an update would have re-hashed it
+    assert _signs_in(server, ("rotated", first)) == 200
+
+    rotated = _create_user(server, "rotated", second, tmp_path)  # the same file, its content rotated
+    assert rotated.returncode == 0, rotated.stderr
+    assert rotated.stdout.strip() == "create_user: rotated updated"
+    assert first not in rotated.stdout + rotated.stderr
+    assert second not in rotated.stdout + rotated.stderr
+    assert _password_hash(root, "rotated") != stored
+    assert _signs_in(server, ("rotated", second)) == 200
+    assert _signs_in(server, ("rotated", first)) == 401
+
+    settled = _create_user(server, "rotated", second, tmp_path)
+    assert settled.stdout.strip() == "create_user: rotated unchanged", settled.stderr
+    assert _signs_in(server, ("rotated", second)) == 200
 
 
 def test_a_wrong_admin_password_fails_without_creating_anyone(server: str, tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """Create (or re-password) one user of MLflow's basic-auth app through its REST API, as the admin.
 
-The one-shot `mlflow-users` of docker-compose.yml and the Job `mlflow-serving-user` of the
-Kubernetes manifests run it in the MLflow image (standard library only). The user gets no grant:
+The one-shot `mlflow-users` of docker-compose.yml, and the Job `mlflow-serving-user` (at install)
+and the CronJob `mlflow-serving-user-sync` (every 10 minutes) of the Kubernetes manifests run it in
+the MLflow image (standard library only). The user gets no grant:
 what it may do is the auth config's default_permission (READ), so the prediction service reads the
 registry and cannot write to it. Passwords come from files or the environment, never argv:
 
@@ -11,8 +12,11 @@ registry and cannot write to it. Passwords come from files or the environment, n
     MLFLOW_NEW_USERNAME                 the user to create
     MLFLOW_NEW_PASSWORD_FILE            a file holding its password
 
-An existing user gets the file's password (a rotated secret takes effect on the next run). Waits
-up to MLFLOW_WAIT_S seconds (default 120) for the server's /health. Exit 0 when done, 1 otherwise.
+A user who already signs in with the file's password is left alone ('unchanged': one GET as that
+user, nothing written); any other existing user gets the file's password ('updated': a rotated
+secret takes effect on the next run); a missing one is created ('created'). Only the user's name and
+that word are printed, never a password. Waits up to MLFLOW_WAIT_S seconds (default 120) for the
+server's /health. Exit 0 when done, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import os
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -61,8 +66,19 @@ def _wait(base: str, seconds: float) -> None:
             time.sleep(2)
 
 
+def signs_in(base: str, username: str, password: str) -> bool:
+    """Whether USERNAME signs in with PASSWORD: it reads its own user record (any other answer than
+    200, 401 above all, means no)."""
+    query = urllib.parse.urlencode({"username": username})
+    status, _ = _call(f"{base}/api/2.0/mlflow/users/get?{query}", "GET", (username, password))
+    return status == 200
+
+
 def ensure_user(base: str, admin: tuple[str, str], username: str, password: str) -> str:
-    """Create USERNAME, or set its password if it exists; returns 'created' or 'updated'."""
+    """Leave USERNAME alone if PASSWORD already signs it in, else create it or set its password;
+    returns 'unchanged', 'created' or 'updated'."""
+    if signs_in(base, username, password):
+        return "unchanged"
     body = {"username": username, "password": password}
     status, text = _call(f"{base}/api/2.0/mlflow/users/create", "POST", admin, body)
     if status == 200:
