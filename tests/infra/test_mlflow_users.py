@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import requests
+from pydantic import SecretStr
 
 from infra.manifests import REPO_ROOT
 
@@ -177,3 +178,34 @@ def test_a_wrong_admin_password_fails_without_creating_anyone(server: str, tmp_p
     assert failed.returncode == 1
     assert "creating intruder answered 401" in failed.stderr
     assert _api(server, "GET", "users/get", ADMIN, username="intruder").status_code == 404
+
+
+def test_a_running_client_follows_its_rotated_password_file_without_a_restart(
+        server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prediction service reads MLOPS_TRACKING_PASSWORD_FILE on every registry call, so a Secret
+    rotated in place (the kubelet rewrites the mounted file) and set by the CronJob's next run reaches
+    running replicas; a process that read the password once at start is locked out (401)."""
+    from mlops import registry
+    from mlops.errors import RegistryError
+    from mlops.settings import Settings
+
+    for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+                 "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)  # connect() sets them for MLflow: restored after the test
+    model = _api(server, "POST", "registered-models/create", ADMIN, name="rotation-model")
+    assert model.ok, model.text
+    first, second = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
+    assert _create_user(server, "replica", first, tmp_path).returncode == 0
+    from_file = Settings(home=tmp_path / "home", tracking_uri=server, tracking_username="replica",
+                         model_name="rotation-model", tracking_http_retries=0,
+                         tracking_password_file=tmp_path / "replica.password")
+    read_once = from_file.model_copy(update={"tracking_password_file": None, "tracking_password": SecretStr(first)})
+    assert registry.aliases(from_file) == registry.aliases(read_once) == {}
+
+    assert _create_user(server, "replica", second, tmp_path).stdout.strip() == "create_user: replica updated"
+
+    assert registry.aliases(from_file) == {}  # the same settings object, the file's new password
+    with pytest.raises(RegistryError) as locked_out:
+        registry.aliases(read_once)
+    assert first not in str(locked_out.value)
+    assert second not in str(locked_out.value)
