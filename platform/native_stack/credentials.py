@@ -1,11 +1,13 @@
 """The stack's generated secrets and the servers' config files that carry them, never a command line.
 
-The MLflow admin's and Redis' passwords are made once (``secrets.token_urlsafe``) and kept in 0600
-files under the stack's folder, where the clients' settings read them (profiles/stack.env:
-MLOPS_TRACKING_PASSWORD_FILE, MLOPS_REDIS_PASSWORD_FILE). The MLflow server reads its admin from
-the basic-auth app's config file (MLFLOW_AUTH_CONFIG_PATH, 0600); redis-server reads
-``requirepass`` from its config file (0600). A password set in the environment instead
-(MLOPS_TRACKING_PASSWORD, or one inside MLOPS_REDIS_URL) is used as it is and never written.
+The MLflow admin's, the read-only ``serving`` user's and Redis' passwords are made once
+(``secrets.token_urlsafe``) and kept in 0600 files under the stack's folder, where the clients'
+settings read them (profiles/stack.env: MLOPS_TRACKING_PASSWORD_FILE, MLOPS_REDIS_PASSWORD_FILE;
+the prediction service the stack starts is pointed at ``serving``'s file instead of the admin's).
+The MLflow server reads its admin from the basic-auth app's config file (MLFLOW_AUTH_CONFIG_PATH,
+0600), where every user without a grant may read (``default_permission = READ``, as compose's);
+redis-server reads ``requirepass`` from its config file (0600). A password set in the environment
+instead (MLOPS_TRACKING_PASSWORD, or one inside MLOPS_REDIS_URL) is used as it is and never written.
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ from mlops.errors import StackError
 from native_stack.settings import StackSettings
 
 DEFAULT_ADMIN = "admin"
+# The prediction service's MLflow user: no grant, so it may read (default_permission) and never write.
+SERVING_USER = "serving"
+# Variables of the supervisor's own environment that may hold the admin's password: never handed on to
+# a server or the service (each gets what it needs by name and file).
+INHERITED_SECRETS = ("MLOPS_TRACKING_PASSWORD", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
 
 
 def write_private(path: Path, text: str) -> None:
@@ -57,13 +64,38 @@ def _redis_url_password(settings: StackSettings) -> str | None:
     return unquote(given) if given else None
 
 
-def client_env(settings: StackSettings) -> dict[str, str]:
-    """What a client the stack starts (the service) needs to find the passwords: names and paths, no secret."""
-    env = {"MLOPS_TRACKING_USERNAME": settings.tracking_username or DEFAULT_ADMIN}
-    if settings.tracking_password is None:
-        env["MLOPS_TRACKING_PASSWORD_FILE"] = str(tracking_password_path(settings))
+def serving_password_path(root: Path) -> Path:
+    return root / "mlflow" / "serving.password"
+
+
+def service_env(settings: StackSettings, root: Path) -> dict[str, str]:
+    """What the prediction service the stack starts needs to find its passwords: names and paths, no secret.
+
+    It reads the registry as ``serving`` (read-only), never as the admin the pipeline and the jobs use.
+    """
+    env = {"MLOPS_TRACKING_USERNAME": SERVING_USER, "MLOPS_TRACKING_PASSWORD_FILE": str(serving_password_path(root))}
     if _redis_url_password(settings) is None:
         env["MLOPS_REDIS_PASSWORD_FILE"] = str(redis_password_path(settings))
+    return env
+
+
+def create_user_env(settings: StackSettings, root: Path) -> dict[str, str]:
+    """The variables of infra/docker/mlflow/create_user.py that make ``serving`` (its password made on first use).
+
+    The admin's password goes as its file; only one given in the environment (MLOPS_TRACKING_PASSWORD,
+    never written) goes as a value, to that one short-lived process.
+    """
+    admin, password = mlflow_admin(settings, root)
+    if admin == SERVING_USER:
+        raise StackError(f"MLOPS_TRACKING_USERNAME={admin}: that name is the service's read-only user; "
+                         "the admin needs another")
+    generated(serving_password_path(root))
+    env = {"MLFLOW_TRACKING_USERNAME": admin, "MLFLOW_NEW_USERNAME": SERVING_USER,
+           "MLFLOW_NEW_PASSWORD_FILE": str(serving_password_path(root))}
+    if settings.tracking_password is None:
+        env["MLFLOW_TRACKING_PASSWORD_FILE"] = str(tracking_password_path(settings))
+    else:
+        env["MLFLOW_TRACKING_PASSWORD"] = password
     return env
 
 
@@ -88,12 +120,12 @@ def auth_database(root: Path) -> Path:
 
 
 def mlflow_auth_config(settings: StackSettings, root: Path) -> Path:
-    """The basic-auth app's config (0600): users in SQLite under the stack, no access without a grant."""
+    """The basic-auth app's config (0600): users in SQLite under the stack, any user may read (as compose's)."""
     user, password = mlflow_admin(settings, root)
     path = root / "mlflow" / "basic_auth.ini"
     write_private(path, "\n".join([
         "[mlflow]",
-        "default_permission = NO_PERMISSIONS",
+        "default_permission = READ",
         f"database_uri = sqlite:///{auth_database(root)}",
         f"admin_username = {user}",
         f"admin_password = {password.replace('%', '%%')}",  # configparser interpolates %

@@ -1,13 +1,22 @@
 """The production-shaped stack on one host, without Docker (`make stack` / `make stack-down`).
 
 PostgreSQL (Debian's) as MLflow's backend store, the MLflow tracking server on it (artifacts
-served from a local folder), redis-server as Feast's online store, the Pushgateway, the prediction
-service and Prometheus scraping both: all on 127.0.0.1, the servers' state under
+served from a local folder, MLflow's basic-auth app), redis-server as Feast's online store (with a
+password), the Pushgateway, the prediction service and Prometheus scraping both: all on 127.0.0.1,
+the servers' state under
 ``$MLOPS_HOME/stack``, where ``MLOPS_HOME`` is the stack's own home (the profile's ``.mlops-stack``),
 never the embedded home that `make demo` builds.
 Ports come from the settings (the ``stack`` profile's fixed ones, or the environment), so the
 platform's own clients and the stack always agree. The ids of the started processes are recorded
 in ``stack/processes.json``; ``down`` stops exactly those.
+
+Who may do what in MLflow: the admin (profiles/stack.env's user, password generated into
+``stack/mlflow/admin.password``) is what the pipeline and the jobs a person runs use; the prediction
+service reads the registry as ``serving``, a user without a grant (the auth config's
+``default_permission = READ``), whose password is generated into ``stack/mlflow/serving.password``.
+Once MLflow answers, the supervisor creates that user, or sets its password to the file's, as
+the admin through MLflow's REST API (infra/docker/mlflow/create_user.py, the script compose and
+Kubernetes run), and only then starts the service. See credentials.py for where each secret lives.
 
     python -m native_stack up | down | status
 """
@@ -30,7 +39,7 @@ import httpx
 from mlops.errors import StackError
 from native_stack import credentials
 from native_stack import processes as procs
-from native_stack.config import prometheus_config, server_binary
+from native_stack.config import REPO_ROOT, prometheus_config, server_binary
 from native_stack.settings import StackSettings
 
 ORDER = ("postgres", "mlflow", "redis", "pushgateway", "serving", "prometheus")
@@ -38,6 +47,9 @@ READY_TIMEOUT_S = {"postgres": 60.0, "mlflow": 120.0, "redis": 30.0, "pushgatewa
                    "prometheus": 60.0}
 PG_SUPERUSER = "postgres"  # the OS account Debian's packages create; postgres refuses to run as root
 DATABASE = "mlflow"
+# Compose's one-shot mlflow-users and the Job mlflow-serving-user run this very file (standard library
+# only, copied into the MLflow image); infra and native_stack never import each other, so it runs as one.
+CREATE_USER = REPO_ROOT / "infra" / "docker" / "mlflow" / "create_user.py"
 
 
 @dataclass(frozen=True)
@@ -119,7 +131,8 @@ def _postgres(stack: Stack) -> tuple[procs.ProcessRecord, Callable[[], bool]]:
     # The socket folder is the server account's alone (0700), so "trust" on it admits only that account.
     record = procs.start("postgres", [server_binary("postgres"), "-D", str(data), "-p", str(port),
                                       "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={sockets}"],
-                         stack.log("postgres"), user=user, stop_signal=signal.SIGINT)  # SIGINT: fast shutdown
+                         stack.log("postgres"), env=_service_env(stack), user=user,
+                         stop_signal=signal.SIGINT)  # SIGINT: fast shutdown
     try:
         procs.wait_until(record, lambda: _psql(stack, "SELECT 1", check=False).returncode == 0,
                          READY_TIMEOUT_S["postgres"])
@@ -168,9 +181,29 @@ def backend_store_uri(stack: Stack) -> str:
 
 
 def _service_env(stack: Stack, **extra: str) -> dict[str, str]:
+    """Each started process' environment: this one's less any admin password, the venv's bin, the home, ``extra``."""
     bin_dir = str(Path(sys.executable).parent)
-    return {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+    inherited = {k: v for k, v in os.environ.items() if k not in credentials.INHERITED_SECRETS}
+    return {**inherited, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
             "MLOPS_HOME": str(stack.settings.resolved_home), **extra}
+
+
+def ensure_serving_user(stack: Stack) -> str:
+    """Make sure the service's read-only MLflow user signs in with its file's password; returns what was done.
+
+    'unchanged' (it does: nothing written), 'created' or 'updated' (its password set to the file's).
+
+    As the admin, through MLflow's REST API, by running CREATE_USER in a clean environment (admin's
+    password as its file, no password in argv); it waits for MLflow's /health itself.
+    """
+    env = {"PATH": os.environ.get("PATH", ""), "MLFLOW_TRACKING_URI": stack.settings.resolved_tracking_uri,
+           "MLFLOW_WAIT_S": f"{READY_TIMEOUT_S['mlflow']:g}", **credentials.create_user_env(stack.settings, stack.root)}
+    done = subprocess.run([sys.executable, "-I", str(CREATE_USER)], env=env, capture_output=True, text=True,
+                          timeout=READY_TIMEOUT_S["mlflow"] + 60, check=False)
+    if done.returncode != 0:
+        raise StackError(f"mlflow: the service's user {credentials.SERVING_USER!r} could not be made: "
+                         f"{' '.join((done.stderr or done.stdout).split())[-300:]}")
+    return done.stdout.split()[-1]  # "create_user: serving created" (or updated, unchanged)
 
 
 def _http_ok(url: str) -> bool:
@@ -181,7 +214,12 @@ def _http_ok(url: str) -> bool:
 
 
 def start_service(stack: Stack, name: str) -> procs.ProcessRecord:
-    """Start one service of the stack and wait until it is ready; returns its record (not yet saved)."""
+    """Start one service of the stack and wait until it is ready; returns its record (not yet saved).
+
+    The prediction service's MLflow user is made (or re-passworded) first: MLflow must be running.
+    """
+    if name == "serving":
+        ensure_serving_user(stack)
     record, ready = _launch(stack, name)
     procs.wait_until(record, ready, READY_TIMEOUT_S[name])
     return record
@@ -197,7 +235,7 @@ def _launch(stack: Stack, name: str) -> tuple[procs.ProcessRecord, Callable[[], 
     root, url = stack.root, f"http://127.0.0.1:{port}"
     if name == "mlflow":
         # Passwords reach the server through its environment and the auth app's 0600 config file,
-        # never a command line. The basic-auth app answers 401 without the admin's password. Server-side
+        # never a command line. The basic-auth app answers 401 without a user's password. Server-side
         # jobs (GenAI features) are not used: no job runner process.
         env = _service_env(stack, MLFLOW_BACKEND_STORE_URI=backend_store_uri(stack),
                            MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false",
@@ -211,17 +249,20 @@ def _launch(stack: Stack, name: str) -> tuple[procs.ProcessRecord, Callable[[], 
     elif name == "redis":
         # requirepass from its 0600 config file, never a command line.
         config = credentials.redis_config(stack.settings, root, port)
-        record = procs.start(name, [server_binary("redis-server"), str(config)], stack.log(name))
+        record = procs.start(name, [server_binary("redis-server"), str(config)], stack.log(name),
+                             env=_service_env(stack))
         return record, lambda: procs.accepts(port)
     elif name == "pushgateway":
         (root / "pushgateway").mkdir(parents=True, exist_ok=True)
         record = procs.start(name, [server_binary("prometheus-pushgateway"),
                                     f"--web.listen-address=127.0.0.1:{port}",
-                                    f"--persistence.file={root / 'pushgateway' / 'metrics.data'}"], stack.log(name))
+                                    f"--persistence.file={root / 'pushgateway' / 'metrics.data'}"], stack.log(name),
+                             env=_service_env(stack))
         check = f"{url}/-/ready"
     elif name == "serving":
+        # As `serving` (read-only; ensure_serving_user made it): the admin's password is not in its environment.
         record = procs.start(name, [sys.executable, "-m", "mlops_cli", "serve"], stack.log(name),
-                             env=_service_env(stack, **credentials.client_env(stack.settings)))
+                             env=_service_env(stack, **credentials.service_env(stack.settings, root)))
         check = f"{url}/v2/health/live"  # ready only once a pipeline run has promoted a model
     else:
         config = root / "prometheus" / "prometheus.yml"
@@ -229,7 +270,7 @@ def _launch(stack: Stack, name: str) -> tuple[procs.ProcessRecord, Callable[[], 
         config.write_text(prometheus_config(stack.settings, stack.ports))
         record = procs.start(name, [server_binary("prometheus"), f"--config.file={config}",
                                     f"--storage.tsdb.path={root / 'prometheus' / 'data'}",
-                                    f"--web.listen-address=127.0.0.1:{port}"], stack.log(name))
+                                    f"--web.listen-address=127.0.0.1:{port}"], stack.log(name), env=_service_env(stack))
         check = f"{url}/-/ready"
     return record, lambda: _http_ok(check)
 
@@ -237,9 +278,10 @@ def _launch(stack: Stack, name: str) -> tuple[procs.ProcessRecord, Callable[[], 
 def up(settings: StackSettings, *, echo: bool = False) -> dict[str, procs.ProcessRecord]:
     """Start every service; on any failure stop what was started and raise.
 
-    Postgres first (MLflow needs it at start); the others start together and are waited for in
-    dependency order. The service starts before MLflow answers: it serves nothing until a model is
-    promoted anyway, and polls its alias.
+    Postgres first (MLflow needs it at start); MLflow, Redis, the Pushgateway and Prometheus start
+    together and are waited for in that order. Only the prediction service waits for MLflow: once
+    MLflow answers, its read-only user is made (ensure_serving_user) and the service starts; it
+    serves nothing until a model is promoted anyway, and polls its alias.
     """
     stack = Stack(settings)
     running = {n: r for n, r in stack.records().items() if procs.is_running(r)}
@@ -248,19 +290,29 @@ def up(settings: StackSettings, *, echo: bool = False) -> dict[str, procs.Proces
                          "stop it first (make stack-down)")
     started = time.monotonic()
     records: dict[str, procs.ProcessRecord] = {}
+
+    def launch(name: str) -> tuple[procs.ProcessRecord, Callable[[], bool]]:
+        launched = _launch(stack, name)
+        records[name] = launched[0]
+        procs.write_records(stack.records_path, records)
+        return launched
+
+    def ready(record: procs.ProcessRecord, what: str = "ready") -> None:
+        if echo:
+            print(f"{record.name:<12} pid {record.pid:<8} 127.0.0.1:{stack.ports[record.name]:<6} {what} after "
+                  f"{time.monotonic() - started:5.1f} s  log {record.log}", flush=True)
+
     try:
-        launched = [_launch(stack, "postgres")]
-        records["postgres"] = launched[0][0]
-        procs.wait_until(*launched[0], READY_TIMEOUT_S["postgres"])
-        for name in ORDER[1:]:
-            launched.append(_launch(stack, name))
-            records[name] = launched[-1][0]
-            procs.write_records(stack.records_path, records)
-        for record, ready in launched:
-            procs.wait_until(record, ready, READY_TIMEOUT_S[record.name])
-            if echo:
-                print(f"{record.name:<12} pid {record.pid:<8} 127.0.0.1:{stack.ports[record.name]:<6} ready after "
-                      f"{time.monotonic() - started:5.1f} s  log {record.log}", flush=True)
+        procs.wait_until(*launch("postgres"), READY_TIMEOUT_S["postgres"])
+        ready(records["postgres"])
+        pending = [launch(name) for name in ORDER[1:] if name != "serving"]
+        while pending:
+            record, check = pending.pop(0)
+            procs.wait_until(record, check, READY_TIMEOUT_S[record.name])
+            ready(record)
+            if record.name == "mlflow":
+                ready(record, f"user {credentials.SERVING_USER} {ensure_serving_user(stack)}")
+                pending.append(launch("serving"))
     except BaseException:
         procs.write_records(stack.records_path, records)
         down(settings)

@@ -5,8 +5,10 @@ the Pushgateway, the prediction service and Prometheus (1 s scrapes). The pipeli
 against it through settings alone (MLOPS_PROFILE=stack plus these ports), the service follows the
 promoted version and answers traffic, and Prometheus' query API sees the service's request counter.
 Then the MLflow server is killed while the compiled pipeline runs (`mlops pipeline run`, kfp.local):
-one clear line, exit 1, nothing promoted (read straight from PostgreSQL). The stack is torn down
-however the tests end, and no recorded process may survive it.
+one clear line, exit 1, nothing promoted (read straight from PostgreSQL). Every server wants its
+password; the service reads the registry as the read-only `serving` user (403 on any write), also
+after a whole restart of the stack. The stack is torn down however the tests end, and no recorded
+process may survive it.
 
 The first run calls the pipeline's steps in this process (the inline runner, pipelines/orchestration/inline_runner.py):
 kfp.local starts a fresh interpreter per step, which on two shared cores costs minutes, and
@@ -137,17 +139,31 @@ def test_every_server_of_the_stack_wants_its_password(running: RunningStack) -> 
             redis.Redis(host="127.0.0.1", port=port, password=password, socket_timeout=5).ping()
     assert redis.Redis.from_url(settings.resolved_redis_url or "", socket_timeout=5).ping()
 
-    kept = [stack.root / "mlflow" / "admin.password", stack.root / "mlflow" / "basic_auth.ini",
-            stack.root / "redis" / "redis.password", stack.root / "redis" / "redis.conf"]
+    kept = [stack.root / "mlflow" / "admin.password", stack.root / "mlflow" / "serving.password",
+            stack.root / "mlflow" / "basic_auth.ini", stack.root / "redis" / "redis.password",
+            stack.root / "redis" / "redis.conf"]
     assert {path.name: oct(path.stat().st_mode & 0o777) for path in kept} == {path.name: "0o600" for path in kept}
-    secrets = [credentials[1], (stack.root / "redis" / "redis.password").read_text().strip(),
-               supervisor.backend_store_uri(stack).split(":")[2].split("@")[0]]
+    users = [credentials[1], (stack.root / "mlflow" / "serving.password").read_text().strip(),
+             (stack.root / "redis" / "redis.password").read_text().strip()]
+    secrets = [*users, supervisor.backend_store_uri(stack).split(":")[2].split("@")[0]]
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
             argv = cmdline.read_bytes().decode(errors="replace")
         except OSError:  # the process ended
             continue
         assert not [s for s in secrets if s in argv], f"a password in the command line of {cmdline.parent.name}"
+    # Nor in the environment the supervisor handed to any of its processes (MLflow gets its store's URI there;
+    # redis-server and the service, once feast imported setproctitle, blank that area of /proc themselves).
+    for record in stack.records().values():
+        handed = _environ(record.pid)
+        assert not [name for name, value in handed.items() if any(s in value for s in users)], record.name
+
+
+def _environ(pid: int) -> dict[str, str]:
+    """The environment a process was started with (/proc/PID/environ)."""
+    pairs = (item.decode(errors="replace").partition("=") for item in Path(f"/proc/{pid}/environ").read_bytes()
+             .split(b"\0") if item)
+    return {name: value for name, _, value in pairs}
 
 
 def _keys(client: redis.Redis) -> int:
@@ -332,6 +348,50 @@ def _first_answer(replica: subprocess.Popen[bytes], url: str, body: dict[str, ob
     raise AssertionError("the replica was not ready within 120 s")
 
 
+def test_the_service_reads_the_registry_as_serving_and_cannot_write_it(running: RunningStack, promoted: str) -> None:
+    """The stack's service authenticates as `serving`, a user without a grant (default_permission READ).
+
+    With `serving`'s credentials the registry answers reads and refuses every write (403). That they
+    are the service's: once `serving`'s password in MLflow no longer matches its file, the service's
+    registry read fails (a service given the admin would not notice), and the supervisor's
+    ensure_serving_user (what `up` runs) sets it back from the file and the service reads again.
+    """
+    settings, stack = running.settings, running.stack
+    api, base = f"{settings.resolved_tracking_uri}/api/2.0/mlflow", f"http://127.0.0.1:{settings.port}"
+    name = settings.model_name
+    reader = ("serving", (stack.root / "mlflow" / "serving.password").read_text().strip())
+    admin = settings.tracking_credentials
+    assert admin is not None
+    assert reader[1] != admin[1]
+    with httpx.Client(auth=reader, timeout=10) as http:
+        assert http.get(f"{api}/registered-models/search").status_code == 200
+        model = http.get(f"{api}/registered-models/get", params={"name": name})
+        assert model.status_code == 200, model.text
+        assert {"alias": settings.serving_alias, "version": promoted} in model.json()["registered_model"]["aliases"]
+        writes = {"alias": http.post(f"{api}/registered-models/alias",
+                                     json={"name": name, "alias": "stolen", "version": promoted}),
+                  "version": http.post(f"{api}/model-versions/create", json={"name": name, "source": "/tmp/x"}),
+                  "describe": http.patch(f"{api}/registered-models/update", json={"name": name, "description": "x"}),
+                  "user": http.post(f"{api}/users/create", json={"username": "x", "password": "y"})}
+        assert {what: answer.status_code for what, answer in writes.items()} == dict.fromkeys(writes, 403)
+
+    until(lambda: httpx.get(f"{base}/healthz", timeout=5).json().get("model_version") == promoted,
+          "the service to serve the promoted version", 120)
+    assert httpx.post(f"{base}/admin/reload", timeout=30).status_code == 200
+    changed = httpx.patch(f"{api}/users/update-password", auth=admin, timeout=10,
+                          json={"username": "serving", "password": "not-the-files"})
+    assert changed.status_code == 200, changed.text
+    try:
+        assert httpx.get(f"{api}/registered-models/search", auth=reader, timeout=10).status_code == 401
+        refused = httpx.post(f"{base}/admin/reload", timeout=30)
+        assert refused.status_code == 503, refused.text  # the service's read failed: it is `serving`
+    finally:
+        assert supervisor.ensure_serving_user(stack) == "updated"
+    reread = httpx.post(f"{base}/admin/reload", timeout=30)
+    assert reread.status_code == 200, reread.text
+    assert reread.json()["model_version"] == promoted
+
+
 def test_the_jobs_work_against_the_authenticated_registry(running: RunningStack, promoted: str) -> None:
     """The scheduled canary job and the registry listing, as their own processes, with the settings' credentials."""
     for argv, expected in ((["model", "canary", "judge", "--if-running"], "nothing to judge"),
@@ -341,3 +401,27 @@ def test_the_jobs_work_against_the_authenticated_registry(running: RunningStack,
         assert done.returncode == 0, done.stderr
         assert expected in done.stdout, done.stdout
         assert "401" not in done.stdout + done.stderr
+
+
+def test_a_restarted_stack_keeps_its_users_and_serves(running: RunningStack, promoted: str) -> None:
+    """`stack down` then `up` on the same state: the service's user exists already and signs in with the
+    same file's password (nothing rewritten), and the restarted service reads the registry with it and answers."""
+    settings, stack = running.settings, running.stack
+    password = (stack.root / "mlflow" / "serving.password").read_text()
+    assert set(supervisor.down(settings)) == set(supervisor.ORDER)
+    started = time.monotonic()
+    supervisor.up(settings)
+    print(f"stack restarted in {time.monotonic() - started:.1f} s")
+    assert (stack.root / "mlflow" / "serving.password").read_text() == password
+    admin = (settings.tracking_credentials or ("", ""))[1]
+    assert os.environ["MLFLOW_TRACKING_PASSWORD"] == admin  # this process' registry calls put it there...
+    for record in stack.records().values():  # ...and none of the processes it started got it
+        assert not [k for k, v in _environ(record.pid).items() if admin in v], record.name
+    assert supervisor.ensure_serving_user(stack) == "unchanged"  # it was there with this password: no error
+    base = f"http://127.0.0.1:{settings.port}"
+    until(lambda: httpx.get(f"{base}/healthz", timeout=5).json().get("source") == "registry",
+          "the restarted service to load the promoted version from the registry", 120)
+    body = request_body(time_split(running.data, running.contract)["test"].iloc[0], running.contract)
+    answer = httpx.post(f"{base}/predict", json=body, timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["model_version"] == promoted

@@ -1,5 +1,6 @@
 """The stack's passwords without starting a server (fast): generated once into 0600 files, found by
-the clients through the profile, put into Redis' URL and MLflow's variables, never guessed."""
+the clients through the profile, put into Redis' URL and MLflow's variables, never guessed; the
+service the stack starts is pointed at the read-only `serving` user, never the admin."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ def test_the_stack_makes_its_passwords_once_and_the_clients_find_them(stack_env:
         assert path.stat().st_mode & 0o777 == 0o600, path
     assert settings.tracking_credentials == ("admin", admin.read_text())
     assert f"admin_password = {admin.read_text()}" in ini.read_text()
+    assert "default_permission = READ" in ini.read_text()  # a user without a grant reads (the service)
     assert f'requirepass "{redis_password}"' in conf.read_text()
     assert settings.resolved_redis_url == f"redis://:{redis_password}@127.0.0.1:6379/0"
     # Made once: a restart keeps both.
@@ -47,10 +49,22 @@ def test_the_stack_makes_its_passwords_once_and_the_clients_find_them(stack_env:
     credentials.redis_config(settings, root, 6379)
     assert (admin.read_text(), (root / "redis" / "redis.password").read_text()) == (
         settings.tracking_credentials[1], redis_password)  # type: ignore[index]
-    # The service the stack starts is told where they are, not what they are.
-    env = credentials.client_env(settings)
-    assert env == {"MLOPS_TRACKING_USERNAME": "admin", "MLOPS_TRACKING_PASSWORD_FILE": str(admin),
+    # The service the stack starts is told where they are, not what they are, and reads as `serving`.
+    serving = root / "mlflow" / "serving.password"
+    env = credentials.service_env(settings, root)
+    assert env == {"MLOPS_TRACKING_USERNAME": "serving", "MLOPS_TRACKING_PASSWORD_FILE": str(serving),
                    "MLOPS_REDIS_PASSWORD_FILE": str(root / "redis" / "redis.password")}
+    # create_user.py (run by the supervisor once MLflow answers) gets the admin's and serving's files.
+    made = credentials.create_user_env(settings, root)
+    assert made == {"MLFLOW_TRACKING_USERNAME": "admin", "MLFLOW_TRACKING_PASSWORD_FILE": str(admin),
+                    "MLFLOW_NEW_USERNAME": "serving", "MLFLOW_NEW_PASSWORD_FILE": str(serving)}
+    assert serving.stat().st_mode & 0o777 == 0o600
+    assert serving.read_text() not in (admin.read_text(), redis_password)
+    assert credentials.create_user_env(settings, root) == made
+    with pytest.MonkeyPatch.context() as service:  # the service's settings, read from that environment
+        for name, value in env.items():
+            service.setenv(name, value)
+        assert Settings().tracking_credentials == ("serving", serving.read_text())
     # The platform's MLflow client sends them (MLflow's own variables, this process only).
     connect(settings.model_copy(update={"tracking_uri": "http://127.0.0.1:1"}))
     assert (os.environ["MLFLOW_TRACKING_USERNAME"], os.environ["MLFLOW_TRACKING_PASSWORD"]) == (
@@ -77,7 +91,19 @@ def test_passwords_given_in_the_environment_win_and_are_never_written(stack_env:
     assert 'requirepass "given/redis"' in conf.read_text()
     assert not (root / "mlflow" / "admin.password").exists()
     assert not (root / "redis" / "redis.password").exists()
-    assert credentials.client_env(settings) == {"MLOPS_TRACKING_USERNAME": "admin"}
+    serving = root / "mlflow" / "serving.password"
+    assert credentials.service_env(settings, root) == {"MLOPS_TRACKING_USERNAME": "serving",
+                                                        "MLOPS_TRACKING_PASSWORD_FILE": str(serving)}
+    # The given admin password reaches create_user.py (one short-lived process) as a value, never a file.
+    assert credentials.create_user_env(settings, root)["MLFLOW_TRACKING_PASSWORD"] == "given-pw"
+    assert not (root / "mlflow" / "admin.password").exists()
+
+
+def test_an_admin_named_like_the_service_user_is_refused(stack_env: pytest.MonkeyPatch) -> None:
+    stack_env.setenv("MLOPS_TRACKING_USERNAME", "serving")
+    settings = StackSettings()
+    with pytest.raises(StackError, match="service's read-only user"):
+        credentials.create_user_env(settings, settings.resolved_home / "stack")
 
 
 def test_a_user_without_a_password_is_refused_by_name(stack_env: pytest.MonkeyPatch) -> None:

@@ -2,7 +2,8 @@
 
 The one-shot `mlflow-users` of docker-compose.yml, and the Job `mlflow-serving-user` (at install)
 and the CronJob `mlflow-serving-user-sync` (every 10 minutes) of the Kubernetes manifests run it in
-the MLflow image (standard library only). The user gets no grant:
+the MLflow image (standard library only); the native stack's supervisor (`make stack`) runs this
+same file for its service's user on every start. The user gets no grant:
 what it may do is the auth config's default_permission (READ), so the prediction service reads the
 registry and cannot write to it. Passwords come from files or the environment, never argv:
 
