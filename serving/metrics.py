@@ -14,11 +14,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from mlops.prediction_log import PredictionInputs
+from mlops.prediction_log import PAIRED_ROLE, PredictionInputs
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 _PROBABILITY_BUCKETS = tuple(round(0.05 * i, 2) for i in range(1, 21))
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+SHADOW_ROLES = ("challenger", PAIRED_ROLE)  # the roles scored off the response path
 
 
 class ServiceMetrics:
@@ -53,6 +55,8 @@ class ServiceMetrics:
         self.shadow_dropped = Counter(
             "mlops_shadow_dropped_rows", "Rows whose off-path score (role challenger or champion-paired) was dropped: "
             "MLOPS_SHADOW_MAX_PENDING batches were already waiting for the shadow thread.", ["role"], registry=r)
+        for role in SHADOW_ROLES:  # each series exists from the start at 0: a panel and a rate() see no drop as 0
+            self.shadow_dropped.labels(role=role)
         self.shadow_pending = Gauge("mlops_shadow_pending", "Batches waiting for the shadow thread.", registry=r)
         self._routes: dict[tuple[str, int | str], tuple[Any, Any]] = {}  # labelled children, looked up once
 
