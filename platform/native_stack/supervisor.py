@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from mlops.errors import StackError
+from mlops.log_owner import registry_identity
 from native_stack import credentials
 from native_stack import processes as procs
 from native_stack.config import REPO_ROOT, prometheus_config, server_binary
@@ -188,7 +189,7 @@ def _service_env(stack: Stack, **extra: str) -> dict[str, str]:
             "MLOPS_HOME": str(stack.settings.resolved_home), **extra}
 
 
-def ensure_serving_user(stack: Stack) -> str:
+def ensure_serving_user(stack: Stack, *, timeout_s: float = READY_TIMEOUT_S["mlflow"] + 60) -> str:
     """Make sure the service's read-only MLflow user signs in with its file's password; returns what was done.
 
     'unchanged' (it does: nothing written), 'created' or 'updated' (its password set to the file's).
@@ -198,8 +199,14 @@ def ensure_serving_user(stack: Stack) -> str:
     """
     env = {"PATH": os.environ.get("PATH", ""), "MLFLOW_TRACKING_URI": stack.settings.resolved_tracking_uri,
            "MLFLOW_WAIT_S": f"{READY_TIMEOUT_S['mlflow']:g}", **credentials.create_user_env(stack.settings, stack.root)}
-    done = subprocess.run([sys.executable, "-I", str(CREATE_USER)], env=env, capture_output=True, text=True,
-                          timeout=READY_TIMEOUT_S["mlflow"] + 60, check=False)
+    try:
+        done = subprocess.run([sys.executable, "-I", str(CREATE_USER)], env=env, capture_output=True, text=True,
+                              timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired as exc:  # the child is killed; a server that accepts and never answers
+        raise StackError(f"mlflow: making the service's user {credentials.SERVING_USER!r} took over {timeout_s:.0f} s: "
+                         f"{registry_identity(stack.settings.resolved_tracking_uri)} accepts connections but does not "
+                         "answer; "
+                         f"see {stack.log('mlflow')}") from exc
     if done.returncode != 0:
         raise StackError(f"mlflow: the service's user {credentials.SERVING_USER!r} could not be made: "
                          f"{' '.join((done.stderr or done.stdout).split())[-300:]}")

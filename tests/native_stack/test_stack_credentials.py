@@ -5,6 +5,8 @@ service the stack starts is pointed at the read-only `serving` user, never the a
 from __future__ import annotations
 
 import os
+import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ import pytest
 from mlops.errors import ConfigError, StackError
 from mlops.registry_client import connect
 from mlops.settings import Settings
-from native_stack import credentials
+from native_stack import credentials, supervisor
 from native_stack.settings import StackSettings
 
 
@@ -113,3 +115,25 @@ def test_a_user_without_a_password_is_refused_by_name(stack_env: pytest.MonkeyPa
         _ = Settings().tracking_credentials
     stack_env.delenv("MLOPS_TRACKING_USERNAME")
     assert Settings().tracking_credentials is None
+
+
+def test_a_registry_that_accepts_and_never_answers_stops_the_user_step_in_one_line(
+        stack_env: pytest.MonkeyPatch) -> None:
+    """A listening socket nobody serves: the kernel accepts, no byte comes back. The user step gives
+    up after its limit with a StackError naming the server (no password), not a TimeoutExpired traceback."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        uri = f"http://admin:s3cret@127.0.0.1:{silent.getsockname()[1]}"
+        stack_env.setenv("MLOPS_TRACKING_URI", uri)
+        stack = supervisor.Stack(StackSettings())
+        started = time.monotonic()
+        with pytest.raises(StackError) as stopped:
+            supervisor.ensure_serving_user(stack, timeout_s=3)
+        waited = time.monotonic() - started
+    message = str(stopped.value)
+    assert "took over 3 s" in message
+    assert f"127.0.0.1:{uri.rsplit(':', 1)[1]} accepts connections but does not answer" in message
+    assert "s3cret" not in message
+    assert "\n" not in message
+    assert waited < 30  # the limit, not create_user.py's own two minutes of waiting
