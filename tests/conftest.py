@@ -39,6 +39,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: -longest[item.nodeid.split("::", 1)[0]])  # stable: keeps the shuffle otherwise
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _mlflow_uris_unset_after_each_module() -> Iterator[None]:
+    """A module that pointed MLflow's process-wide URIs at its own store (activate() in an in-process
+    pipeline run, set_tracking_uri) leaves them unset for the next module on its worker, whose
+    environment decides again: a client built without a URI never reaches a server that is gone."""
+    yield
+    if "mlflow" in sys.modules:  # not imported: nothing set them
+        import mlflow
+
+        mlflow.set_tracking_uri(None)  # type: ignore[arg-type]  # None = unset
+        mlflow.set_registry_uri(None)  # type: ignore[arg-type]
+
+
 @pytest.fixture(scope="session")
 def contract() -> DataContract:
     """The bundled example contract (card transactions)."""

@@ -5,17 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import mlflow
 import pytest
 
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory, new_mlflow_home: Callable[[Path], Path]) -> Iterator[Path]:
-    """A fresh migrated MLflow store as MLOPS_HOME for every test of one module; MLflow's process-wide
-    URIs are unset afterwards, so the next module's environment decides again."""
+    """A fresh migrated MLflow store as MLOPS_HOME for every test of one module (MLflow's process-wide
+    URIs are unset after each module by tests/conftest.py)."""
     path = new_mlflow_home(tmp_path_factory.mktemp("home"))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MLOPS_HOME", str(path))
         yield path
-    mlflow.set_tracking_uri(None)  # type: ignore[arg-type]  # None = unset, the environment decides again
-    mlflow.set_registry_uri(None)  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +38,9 @@ def test_the_homes_own_store_is_one_store_however_the_home_is_reached(tmp_path: 
     assert claimed == store_identity(through_link) == "home:mlflow.db"
     assert log_dir(through_link) == home / "predictions"  # a reader through the link is the same store's
     assert claim_log(through_link, home / "predictions") == claimed
+    copy = tmp_path / "copy"
+    shutil.copytree(home, copy)  # a copied home (mlops init re-points its store) keeps a log it can read
+    assert log_dir(_settings(copy)) == copy / "predictions"
     assert store_identity(_settings(home, SERVER)) == "http://127.0.0.1:5000"  # no credentials
     assert store_identity(_settings(home, f"sqlite:///{tmp_path}/other/mlflow.db")).startswith("sqlite:///")
 
