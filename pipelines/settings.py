@@ -8,7 +8,7 @@ settings record (MLOPS_SETTINGS_JSON), MLOPS_* variables or params.yaml, read ba
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -27,6 +27,10 @@ class PipelineSettings(Settings):
         "canary_percent (production moves when the canary judge promotes it); direct: straight to production.")
     canary_percent: float = Field(default=10.0, gt=0, lt=100, description="Share of the traffic (percent) a "
                                   "deployed candidate's canary starts with.")
+    model_family: str = Field(default="mlp", description="The model family that trains: a registered name (mlp, "
+                              "xgboost, sklearn); docs/own-model.md.")
+    model_params: dict[str, Any] = Field(default_factory=dict, description="The family's own parameters, JSON in "
+                                         "MLOPS_MODEL_PARAMS (mlp: its settings above).")
     seed: int = 42
     max_epochs: int = Field(default=30, ge=1)
     patience: int = Field(default=4, ge=1)

@@ -41,6 +41,7 @@ from pipelines.orchestration.records import (
     failure_reason,
 )
 from pipelines.provenance import git_commit
+from pipelines.settings import PipelineSettings
 
 if TYPE_CHECKING:
     from pipelines.steps.evaluate import EvaluationReport
@@ -52,9 +53,12 @@ MODEL_RUN_SUFFIX = "-model"
 PIPELINE_RUN_TAG = "pipeline_run"
 
 
-def outcome_run_name(settings: Settings, version: str, decision: str) -> str:
-    """What a run is called once evaluate has decided: ``<pipeline> v3 promote`` or ``... v4 reject``."""
-    return f"{settings.pipeline_name} v{version} {decision}"
+def outcome_run_name(settings: PipelineSettings, version: str, decision: str) -> str:
+    """What a run is called once evaluate has decided: ``<pipeline> v3 promote`` or ``... v4 reject``; a
+    model of another family than the default says which: ``<pipeline> v5 xgboost promote``."""
+    default = PipelineSettings.model_fields["model_family"].default
+    family = "" if settings.model_family == default else f" {settings.model_family}"
+    return f"{settings.pipeline_name} v{version}{family} {decision}"
 
 
 @contextmanager
@@ -150,14 +154,18 @@ def train_task(context: StepContext, *, train: Path, validation: Path, test: Pat
     """Train (under torchrun when this pod has several GPUs); rank 0 leaves model.pt in ``model``."""
     from pipelines.orchestration.environment import environment, record_env
     from pipelines.training.entry import launch_on_local_gpus, run_training
+    from pipelines.training.families.bundled import family_for
 
     settings, model_dir = context.settings, model
     run_id = start_model_run(settings, ingested.run_id) if context.separate_model_run else ingested.run_id
     paths = {"train": train, "validation": validation, "test": test}
     checkpoints = settings.resolved_checkpoint_dir
     with tracked_step(run_id, "train"):
-        with environment(record_env(settings)):  # torchrun's processes read the settings from it
-            launched = launch_on_local_gpus(paths, model_dir, checkpoints, run_id)
+        # torchrun is the platform loop's; a family fitted in one process uses the pod's GPU itself.
+        launched = False
+        if family_for(settings).platform_loop:
+            with environment(record_env(settings)):  # torchrun's processes read the settings from it
+                launched = launch_on_local_gpus(paths, model_dir, checkpoints, run_id)
         if not launched:
             run_training(paths, model_dir, checkpoints, run_id=run_id, settings=settings, resume_key=run_id)
     return TrainRecord(run_id=run_id, data_run_id=ingested.run_id)

@@ -44,9 +44,9 @@ class TrainReport:
     model_uri: str  # the logged ONNX model, ready to register
 
 
-def new_run(settings: Settings, tags: dict[str, str]) -> str:
+def new_run(settings: Settings, tags: dict[str, str], run_name: str | None = None) -> str:
     experiment_id = registry.ensure_experiment(settings)
-    return str(registry.client(settings).create_run(experiment_id, tags=tags).info.run_id)
+    return str(registry.client(settings).create_run(experiment_id, tags=tags, run_name=run_name).info.run_id)
 
 
 def train_and_export(paths: dict[str, Path], out_dir: Path, checkpoint_dir: str, settings: PipelineSettings, *,
@@ -55,7 +55,7 @@ def train_and_export(paths: dict[str, Path], out_dir: Path, checkpoint_dir: str,
     activate(settings)  # training logs through MLflow's fluent API
     given_run = run_id
     if run_id is None and os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 alone opens a run
-        run_id = new_run(settings, {"entry": "mlops train"})
+        run_id = new_run(settings, {"entry": "mlops train"}, run_name=f"train {settings.model_family}")
     # A rerun of the same command resumes: the checkpoint folder follows the run id only when one was given.
     outcome = run_training(paths, out_dir, checkpoint_dir, run_id=run_id, params=params, settings=settings,
                            resume_key=given_run)

@@ -31,6 +31,7 @@ from pipelines.splits import split_paths
 from pipelines.training import distributed
 from pipelines.training.checkpoint import CheckpointStore, sigterm_requests_checkpoint
 from pipelines.training.data import read_split
+from pipelines.training.families.bundled import ModelFamily, family_for
 from pipelines.training.trained_model import MODEL_FILE, TrainingSummary, save_trained, write_summary
 from pipelines.training.trainer import Checkpointing, EpochMetrics, TrainParams, TrainResult, train_model
 
@@ -39,7 +40,7 @@ log = logging.getLogger("pipelines.training.entry")  # not "__main__" under `pyt
 
 @dataclass(frozen=True)
 class TrainOutcome:
-    result: TrainResult
+    result: TrainResult | None  # the platform loop's (mlp); None for a family fitted in one process
     fingerprint: str
     data_sha256: dict[str, str]
     is_main: bool
@@ -75,6 +76,9 @@ def run_training(paths: dict[str, Path], out_dir: Path, checkpoint_dir: str, *, 
     """
     settings = settings or PipelineSettings()
     contract = load_contract(settings.contract_path)
+    family = family_for(settings)
+    if not family.platform_loop:
+        return _train_in_process(family, paths, out_dir, contract, settings, run_id)
     params = params or TrainParams.from_settings(settings)
     vocabs = fit_vocabularies(contract)
     # Only the model's inputs and the label, columnar; the test split is the export step's.
@@ -108,6 +112,18 @@ def run_training(paths: dict[str, Path], out_dir: Path, checkpoint_dir: str, *, 
     finally:
         distributed.stop(rank)
     return TrainOutcome(result=result, fingerprint=fingerprint, data_sha256=data_sha256, is_main=rank.is_main)
+
+
+def _train_in_process(family: ModelFamily, paths: dict[str, Path], out_dir: Path, contract: DataContract,
+                      settings: PipelineSettings, run_id: str | None) -> TrainOutcome:
+    """A family that fits in one process: rank 0 of one, no checkpoints (a fit is minutes, rerun it)."""
+    from pipelines.training.family_training import train_family
+
+    if run_id:
+        activate(settings)
+    data_sha256 = {name: file_sha256(path) for name, path in paths.items()}
+    fitted = train_family(family, paths, out_dir, contract, settings, data_sha256, run_id)
+    return TrainOutcome(result=None, fingerprint=fitted.fingerprint, data_sha256=data_sha256, is_main=True)
 
 
 def _write_outputs(out_dir: Path, result: TrainResult, params: TrainParams, fingerprint: str,

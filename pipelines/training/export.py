@@ -1,7 +1,8 @@
 """Export step: the trained model to one ONNX file with a parity check, and the model into MLflow.
 
 Its own step after training, so a distributed training job only trains; export runs once, on one
-machine, from rank 0's ``model.pt``. :func:`export_step` is the one export of both the pipeline's
+machine, from what rank 0 left in the out dir (``model.pt``, or another family's files; ``training.json``
+names the family). :func:`export_step` is the one export of both the pipeline's
 export task and ``mlops train``: the same out dir gives the same file, byte for byte.
 """
 
@@ -17,14 +18,13 @@ from typing import TYPE_CHECKING
 
 import onnx
 import pandas as pd
-import torch
 
 from mlops.calibration import CalibrationReport, calibration_report
 from mlops.contract import DataContract
-from mlops.model import encode
-from mlops.onnx_export import check_parity, export_onnx
+from mlops.onnx_export import write_served_graph
 from mlops.registry import ONNX_FILE
-from pipelines.training.trained_model import MODEL_FILE, TrainedModel, load_trained, onnx_metadata
+from pipelines.training.families.models import FittedMLP, FittedModel, load_fitted
+from pipelines.training.trained_model import TrainedModel, onnx_metadata
 
 if TYPE_CHECKING:
     from mlflow.models.signature import ModelSignature
@@ -53,33 +53,32 @@ def export_step(model_dir: Path, test: pd.DataFrame, contract: DataContract, onn
                 run_id: str) -> ExportOutcome:
     """The train step's out dir to ``onnx_dir/model.onnx``, parity-checked, logged to ``run_id`` with the
     uncalibrated score's Brier and ECE on ``test``."""
-    trained = load_trained(model_dir / MODEL_FILE, contract)
+    trained = load_fitted(model_dir, contract)
     export = export_and_check(trained, contract, test, onnx_dir, tolerance, onnx_metadata(model_dir, contract))
     uncalibrated = uncalibrated_report(trained, contract, test)
     metrics = {"test_brier_uncalibrated": uncalibrated.brier, "test_ece_uncalibrated": uncalibrated.ece}
     return ExportOutcome(export=export, model_uri=log_model_to_mlflow(run_id, export, metrics), metrics=metrics)
 
 
-def export_and_check(trained: TrainedModel, contract: DataContract, test: pd.DataFrame, out_dir: Path,
+def export_and_check(trained: TrainedModel | FittedModel, contract: DataContract, test: pd.DataFrame, out_dir: Path,
                      tolerance: float, metadata: dict[str, str]) -> ExportResult:
-    """Export to ``out_dir/model.onnx`` and verify it scores ``test`` like the torch model.
+    """Export to ``out_dir/model.onnx`` and verify it scores ``test`` like the fitted model, within its
+    family's parity rule (``tolerance`` is the MLP's).
 
     ``metadata`` should name inputs (dataset hash, training fingerprint), not a run: the same
     inputs then give the same file, byte for byte.
     """
-    path = export_onnx(trained.model, contract, trained.vocabs, Path(out_dir) / ONNX_FILE,
-                       threshold=trained.threshold, metadata=metadata)
-    diff = check_parity(trained.model, path, test, contract, trained.vocabs, tolerance)
-    log.info("exported %s; parity max abs diff %.3g", path, diff)
+    fitted = FittedMLP(trained, contract) if isinstance(trained, TrainedModel) else trained
+    path = write_served_graph(fitted.scoring_graph(contract), contract, fitted.vocabs, Path(out_dir) / ONNX_FILE,
+                              threshold=fitted.threshold, metadata={**metadata, "model_family": fitted.family})
+    diff = fitted.check_parity(path, test, contract, tolerance)
+    log.info("exported %s (%s); parity max abs diff %.3g", path, fitted.family, diff)
     return ExportResult(onnx_path=path, max_abs_diff=diff)
 
 
-def uncalibrated_report(trained: TrainedModel, contract: DataContract, frame: pd.DataFrame) -> CalibrationReport:
-    """Brier and ECE of the raw sigmoid score on ``frame``: the baseline calibration has to beat."""
-    numeric, categorical = encode(frame, contract, trained.vocabs)
-    with torch.no_grad():
-        logits = trained.model.eval().logits(torch.as_tensor(numeric), torch.as_tensor(categorical))
-    return calibration_report(frame[contract.label_column].to_numpy(), torch.sigmoid(logits).numpy())
+def uncalibrated_report(trained: FittedModel, contract: DataContract, frame: pd.DataFrame) -> CalibrationReport:
+    """Brier and ECE of the score before calibration on ``frame``: the baseline calibration has to beat."""
+    return calibration_report(frame[contract.label_column].to_numpy(), trained.uncalibrated_probability(frame))
 
 
 def _signature_from_onnx(model: onnx.ModelProto) -> ModelSignature:

@@ -39,6 +39,7 @@ def log_training(run_id: str, params: TrainParams, result: TrainResult, *, finge
     now_ms = int(time.time() * 1000)
     logged = {
         **params_to_log(params),
+        "model_family": "mlp",  # the platform loop trains the mlp family; other families log their own
         "seeds": "python random, numpy, torch (CPU and CUDA) = seed; torch dropout RNG = seed + rank",
         "deterministic_algorithms": "true",
         "optimizer": "adam",

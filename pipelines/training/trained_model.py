@@ -39,7 +39,10 @@ class TrainingSummary(BaseModel):
     device: str
     precision: str
     world_size: int
-    params: dict[str, Any]  # the TrainParams it trained with
+    params: dict[str, Any]  # the TrainParams it trained with (another family: that family's params)
+    # Which family's files the out dir holds (the export step loads them through it); runs written
+    # before families existed were MLPs.
+    family: str = "mlp"
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,10 @@ class ExportParityError(TrainingError):
     """The exported ONNX graph disagrees with the torch model beyond tolerance."""
 
 
+class UnconvertibleModelError(ConfigError):
+    """The chosen model has no ONNX converter: a setting to change (exit code 2), nothing is registered."""
+
+
 class ManifestError(MLOpsError):
     """Kubernetes manifests in infra/ do not build, break a schema or a platform policy."""
 

@@ -77,7 +77,7 @@ def _field_input(name: str, elem_type: int) -> onnx.ValueInfoProto:
 
 
 def _preprocessing_head(
-    contract: DataContract, vocabs: dict[str, list[str]], opset: int, ir_version: int
+    contract: DataContract, vocabs: dict[str, list[str]], opset: int, ir_version: int, ml_opset: int = _ML_OPSET
 ) -> onnx.ModelProto:
     """Raw per-field inputs -> (numeric [batch, k] float32, categorical [batch, c] int64); without
     categorical inputs only the numeric tensor."""
@@ -101,7 +101,7 @@ def _preprocessing_head(
         nodes.append(helper.make_node("Concat", encoded, [_CATEGORICAL], axis=1, name="stack_categorical"))
         outputs.append(helper.make_tensor_value_info(_CATEGORICAL, TensorProto.INT64, [BATCH_DIM, len(categorical)]))
     graph = helper.make_graph(nodes, "preprocessing", inputs, outputs)
-    opsets = [helper.make_opsetid("", opset), helper.make_opsetid(_ML_DOMAIN, _ML_OPSET)]
+    opsets = [helper.make_opsetid("", opset), helper.make_opsetid(_ML_DOMAIN, ml_opset)]
     return helper.make_model(graph, opset_imports=opsets, ir_version=ir_version)
 
 
@@ -115,11 +115,36 @@ def export_onnx(
     metadata: dict[str, str],
 ) -> Path:
     """Write the model as one ONNX file taking raw fields; returns the path written."""
+    return write_served_graph(torch_scoring_graph(model, contract), contract, vocabs, path, threshold=threshold,
+                              metadata=metadata)
+
+
+def torch_scoring_graph(model: TabularMLP, contract: DataContract) -> onnx.ModelProto:
+    """The MLP's graph over the encoded inputs, as :func:`write_served_graph` takes it."""
     model = model.to("cpu").eval()
-    net = _export_torch(model, len(contract.numeric_inputs), len(contract.model_inputs.categorical))
+    return _export_torch(model, len(contract.numeric_inputs), len(contract.model_inputs.categorical))
+
+
+def write_served_graph(
+    net: onnx.ModelProto,
+    contract: DataContract,
+    vocabs: dict[str, list[str]],
+    path: Path,
+    *,
+    threshold: float,
+    metadata: dict[str, str],
+) -> Path:
+    """The preprocessing head and ``net`` as one ONNX file taking raw fields; returns the path written.
+
+    ``net`` takes ``numeric`` (float32 [batch, k]) and, when the contract has categorical inputs,
+    ``categorical`` (int64 vocabulary indices [batch, c]) and answers :data:`OUTPUT_NAME` [batch]: any
+    model family's scoring graph, so serving sees one kind of file whatever trained it.
+    """
     net = compose.add_prefix(net, _NET_PREFIX, rename_outputs=False)
     opset = next(o.version for o in net.opset_import if o.domain in ("", "ai.onnx"))
-    head = _preprocessing_head(contract, vocabs, opset, net.ir_version)
+    # A converted tree model may use the ML domain itself; both parts must declare one version of it.
+    ml_opset = next((o.version for o in net.opset_import if o.domain == _ML_DOMAIN), _ML_OPSET)
+    head = _preprocessing_head(contract, vocabs, opset, net.ir_version, ml_opset)
     io_map = [(_NUMERIC, _NET_PREFIX + _NUMERIC)]
     if contract.model_inputs.categorical:
         io_map.append((_CATEGORICAL, _NET_PREFIX + _CATEGORICAL))

@@ -54,7 +54,8 @@ PROFILES_DIR = Path(__file__).parent / "profiles"
 # The settings the deployables add to the base; tests/platform/test_settings_per_deployable.py holds
 # this list to their classes.
 DEPLOYABLE_FIELDS = frozenset({
-    "promotion_margin", "promotion_min_pr_auc_lift", "rollout", "canary_percent", "seed", "max_epochs", "patience",
+    "promotion_margin", "promotion_min_pr_auc_lift", "rollout", "canary_percent", "model_family", "model_params",
+    "seed", "max_epochs", "patience",
     "batch_size", "learning_rate",
     "parity_tolerance", "device", "hidden_sizes", "dropout", "weight_decay", "precision", "compile_model",
     "negative_sample_rate", "max_train_seconds", "max_epoch_rows", "checkpoint_dir", "checkpoint_interval_s",

@@ -1,0 +1,114 @@
+"""What the models converted by onnxmltools or skl2onnx share at export: their feature matrix, Platt
+calibration on the score's logit, the ONNX graph around the converted model, the parity rule for trees.
+
+The feature matrix is the encoded inputs side by side: the numeric inputs as float32 and each categorical
+input as its vocabulary index (the MLP's encoding, index 0 for unknown), so the preprocessing head in
+front of the graph is the MLP's, unchanged. Trees need no scaling; a scikit-learn Pipeline brings its own.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pandas as pd
+from onnx import TensorProto, compose, helper, numpy_helper
+
+from mlops.contract import DataContract
+from mlops.errors import ExportParityError
+from mlops.inference import OnnxModel
+from mlops.model import encode
+from mlops.onnx_export import OUTPUT_NAME
+
+# The converters' newest default-domain opset (onnxmltools 1.16 stops at 15) and the ML domain's that the
+# preprocessing head's LabelEncoder (keys_strings) needs; TreeEnsembleClassifier is the same op up to it.
+OPSET = 15
+ML_OPSET = 3
+FEATURES = "features"
+_CONVERTED_PREFIX = "model/"
+# Probabilities are clipped before the logit so 0 and 1 (a pure leaf) stay finite; float32 holds 1 - 1e-6.
+_EPS = 1e-6
+
+
+def feature_matrix(frame: pd.DataFrame, contract: DataContract, vocabs: dict[str, list[str]]) -> np.ndarray:
+    """[N, k + c] float32: numeric inputs in contract order, then category indices."""
+    numeric, categorical = encode(frame, contract, vocabs)
+    return np.ascontiguousarray(np.hstack([numeric, categorical.astype(np.float32)]))
+
+
+def logit(probability: np.ndarray) -> np.ndarray:
+    p = np.clip(probability.astype(np.float64), _EPS, 1.0 - _EPS)
+    return np.asarray(np.log(p) - np.log1p(-p))
+
+
+def calibrated(raw: np.ndarray, platt: tuple[float, float]) -> np.ndarray:
+    """Platt scaling on the raw probability's logit, float64 (the graph does the same in float32)."""
+    scale, bias = platt
+    return np.asarray(1.0 / (1.0 + np.exp(-(scale * logit(raw) + bias))))
+
+
+def scoring_graph(converted: onnx.ModelProto, probabilities: str, contract: DataContract,
+                  platt: tuple[float, float]) -> onnx.ModelProto:
+    """``converted`` (one float input [batch, k + c], ``probabilities`` [batch, 2]) inside the graph the
+    served file expects: the encoded inputs stacked in, the positive class's column calibrated out."""
+    n_categorical = len(contract.model_inputs.categorical)
+    converted = compose.add_prefix(converted, _CONVERTED_PREFIX)
+    inner_input = converted.graph.input[0].name
+    inputs = [helper.make_tensor_value_info("numeric", TensorProto.FLOAT, ["batch", len(contract.numeric_inputs)])]
+    nodes = []
+    if n_categorical:
+        inputs.append(helper.make_tensor_value_info("categorical", TensorProto.INT64, ["batch", n_categorical]))
+        nodes += [helper.make_node("Cast", ["categorical"], ["categorical_float"], to=TensorProto.FLOAT),
+                  helper.make_node("Concat", ["numeric", "categorical_float"], [inner_input], axis=1)]
+    else:
+        nodes.append(helper.make_node("Identity", ["numeric"], [inner_input]))
+    nodes += list(converted.graph.node)
+    scale, bias = platt
+    constants = [numpy_helper.from_array(np.array(1, dtype=np.int64), "positive_column")]
+    constants += [numpy_helper.from_array(np.array(v, dtype=np.float32), name) for name, v in (
+        ("eps_low", _EPS), ("eps_high", 1.0 - _EPS), ("one", 1.0), ("platt_scale", scale), ("platt_bias", bias))]
+    prob = _CONVERTED_PREFIX + probabilities
+    nodes += [
+        helper.make_node("Gather", [prob, "positive_column"], ["raw"], axis=1),
+        helper.make_node("Clip", ["raw", "eps_low", "eps_high"], ["clipped"]),
+        helper.make_node("Sub", ["one", "clipped"], ["complement"]),
+        helper.make_node("Div", ["clipped", "complement"], ["odds"]),
+        helper.make_node("Log", ["odds"], ["logit"]),
+        helper.make_node("Mul", ["logit", "platt_scale"], ["scaled"]),
+        helper.make_node("Add", ["scaled", "platt_bias"], ["shifted"]),
+        helper.make_node("Sigmoid", ["shifted"], [OUTPUT_NAME]),
+    ]
+    output = helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, ["batch"])
+    graph = helper.make_graph(nodes, "family", inputs, [output],
+                              initializer=[*converted.graph.initializer, *constants])
+    opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid("ai.onnx.ml", ML_OPSET)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=converted.ir_version)
+
+
+# Parity of a converted model. The graph computes in float32 what the fitted model computes in float64
+# (scikit-learn's thresholds and sums; Platt's logit): within 1e-4 on a probability, three orders of
+# magnitude above what float32 rounding of a few hundred leaf sums leaves. A threshold that rounds onto
+# a feature value in float32 sends that row down the other branch (a tie), and its score then differs by
+# a whole leaf: such rows may be at most 0.01 % of the test split, and decisions must agree on 99.99 %.
+TREE_TOLERANCE = 1e-4
+MAX_DISAGREEING_SHARE = 1e-4
+
+
+def check_converted_parity(expected: np.ndarray, onnx_path: Path, frame: pd.DataFrame,
+                           threshold: float, name: str) -> float:
+    """Max |fitted - ONNX| over the rows within :data:`TREE_TOLERANCE` (the rest are ties, counted);
+    raises ExportParityError when ties or flipped decisions pass 0.01 % of ``frame``'s rows."""
+    actual = OnnxModel(onnx_path).predict_proba(frame).astype(np.float64)
+    if actual.shape != expected.shape:
+        raise ExportParityError(f"ONNX output shape {actual.shape} != {name} output shape {expected.shape}")
+    diff = np.abs(actual - expected)
+    allowed = int(len(frame) * MAX_DISAGREEING_SHARE)
+    ties = int(np.count_nonzero(~(diff <= TREE_TOLERANCE)))  # NaN counts as a tie
+    flips = int(np.count_nonzero((actual >= threshold) != (expected >= threshold)))
+    if ties > allowed or flips > allowed:
+        raise ExportParityError(
+            f"ONNX export disagrees with the fitted {name} model: {ties} rows beyond {TREE_TOLERANCE:.0e} and "
+            f"{flips} flipped decisions of {len(frame)} (at most {allowed} allowed, 0.01 %)")
+    within = diff[diff <= TREE_TOLERANCE]
+    return float(np.max(within, initial=0.0))

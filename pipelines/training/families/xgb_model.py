@@ -1,0 +1,67 @@
+"""The fitted ``xgboost`` model: XGBoost's own JSON (no pickle), Platt calibration on validation, and its
+ONNX graph converted by onnxmltools. Training is :mod:`pipelines.training.families.xgb`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pandas as pd
+
+from mlops.contract import DataContract
+from pipelines.training.families import converted
+from pipelines.training.families.interface import FittedModel, register_fitted
+
+MODEL_FILE = "xgboost.json"
+STATE_FILE = "family.json"
+
+
+@register_fitted
+class FittedXGBoost(FittedModel):
+    family = "xgboost"
+
+    def __init__(self, model: Any, vocabs: dict[str, list[str]], platt: tuple[float, float], threshold: float,
+                 contract: DataContract) -> None:
+        self.model, self.vocabs, self.platt, self.threshold = model, vocabs, platt, threshold  # an XGBClassifier
+        self.contract = contract
+
+    def uncalibrated_probability(self, frame: pd.DataFrame) -> np.ndarray:
+        features = converted.feature_matrix(frame, self.contract, self.vocabs)
+        return np.asarray(self.model.predict_proba(features)[:, 1], dtype=np.float64)
+
+    def probability(self, frame: pd.DataFrame) -> np.ndarray:
+        return converted.calibrated(self.uncalibrated_probability(frame), self.platt)
+
+    def scoring_graph(self, contract: DataContract) -> onnx.ModelProto:
+        from onnxmltools import convert_xgboost
+        from onnxmltools.convert.common.data_types import FloatTensorType
+
+        width = len(contract.numeric_inputs) + len(contract.model_inputs.categorical)
+        graph = convert_xgboost(self.model, initial_types=[(converted.FEATURES, FloatTensorType([None, width]))],
+                                target_opset=converted.OPSET)
+        return converted.scoring_graph(graph, "probabilities", contract, self.platt)
+
+    def check_parity(self, onnx_path: Path, frame: pd.DataFrame, contract: DataContract, tolerance: float) -> float:
+        return converted.check_converted_parity(self.probability(frame), onnx_path, frame, self.threshold,
+                                                "xgboost")
+
+    def save(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.model.save_model(folder / MODEL_FILE)
+        (folder / STATE_FILE).write_text(json.dumps({"vocabs": self.vocabs, "platt": list(self.platt),
+                                                     "threshold": self.threshold}))
+
+    @classmethod
+    def load(cls, folder: Path, contract: DataContract) -> FittedModel:
+        from xgboost import XGBClassifier
+
+        model = XGBClassifier()
+        model.load_model(folder / MODEL_FILE)
+        # The loaded copy scores where export runs: on the CPU, whatever device trained it.
+        model.set_params(device="cpu")
+        state = json.loads((folder / STATE_FILE).read_text())
+        scale, bias = state["platt"]
+        return cls(model, state["vocabs"], (float(scale), float(bias)), float(state["threshold"]), contract)

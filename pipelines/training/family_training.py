@@ -1,0 +1,99 @@
+"""The train step of a family fitted in one process (every family but the platform's torch loop):
+read the train and validation splits as frames, fit, write the family's files and ``training.json``
+to the out dir (the export step reads them), and, given a run id, log the family to MLflow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from mlops.contract import DataContract
+from mlops.errors import InputError
+from pipelines.settings import PipelineSettings
+from pipelines.training.data import input_columns
+from pipelines.training.families.interface import FitSummary, FittedModel, ModelFamily
+from pipelines.training.trained_model import TrainingSummary, write_summary
+
+log = logging.getLogger(__name__)
+FAMILY_PARAMS_PREFIX = "family."  # each family parameter as its own MLflow param, beside model_params
+
+
+@dataclass(frozen=True)
+class FamilyOutcome:
+    fitted: FittedModel
+    summary: FitSummary
+    fingerprint: str
+
+
+def family_fingerprint(family: ModelFamily, seed: int, data_sha256: dict[str, str], contract: DataContract) -> str:
+    """What decides the fitted model (family, its params, seed, data, contract): names the ONNX file's inputs."""
+    blob = json.dumps({"family": family.name, "params": family.params, "seed": seed, "data": data_sha256,
+                       "contract": contract.model_dump(mode="json")}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def read_frame(path: Path, contract: DataContract, split: str) -> pd.DataFrame:
+    """The model's inputs and the label of one split file."""
+    try:
+        return pd.read_parquet(path, columns=input_columns(contract))
+    except (OSError, KeyError, ValueError) as exc:
+        raise InputError(f"{split} split {path} lacks the model's inputs or is not Parquet: {exc}") from exc
+
+
+def train_family(family: ModelFamily, paths: dict[str, Path], out_dir: Path, contract: DataContract,
+                 settings: PipelineSettings, data_sha256: dict[str, str], run_id: str | None) -> FamilyOutcome:
+    frames = {name: read_frame(paths[name], contract, name) for name in ("train", "validation")}
+    fitted, summary = family.fit(frames["train"], frames["validation"], contract)
+    fingerprint = family_fingerprint(family, settings.seed, data_sha256, contract)
+    fitted.save(out_dir)
+    write_summary(out_dir, TrainingSummary(
+        fingerprint=fingerprint, data_sha256=data_sha256, best_epoch=summary.best_round,
+        epochs_run=summary.rounds_run, stop_reason=summary.stop_reason, train_seconds=summary.seconds,
+        rows_per_epoch=len(frames["train"]), threshold=fitted.threshold, device=summary.device, precision="fp32",
+        world_size=1, params=family.params, family=family.name))
+    log.info("%s fitted in %.1f s on %s (%s, %d rounds); val PR-AUC %.4f; wrote %s", family.name, summary.seconds,
+             summary.device, summary.stop_reason, summary.rounds_run, summary.val_pr_auc, out_dir)
+    if run_id:
+        from pipelines.training.lineage import log_split_datasets
+
+        log_family(run_id, family, fitted, summary, fingerprint, data_sha256)
+        log_split_datasets(run_id, paths, data_sha256, contract)
+    return FamilyOutcome(fitted=fitted, summary=summary, fingerprint=fingerprint)
+
+
+def log_family(run_id: str, family: ModelFamily, fitted: FittedModel, summary: FitSummary, fingerprint: str,
+               data_sha256: dict[str, str]) -> None:
+    """The family and its params as MLflow params, how the fit went as metrics, in one batch."""
+    import time
+
+    from mlflow.entities import Metric, Param
+    from mlflow.tracking import MlflowClient
+
+    from pipelines.provenance import git_commit, library_versions
+
+    params = {
+        "model_family": family.name,
+        "model_params": json.dumps(family.params, sort_keys=True, default=str),
+        **{f"{FAMILY_PARAMS_PREFIX}{k}": json.dumps(v, default=str) for k, v in family.params.items()},
+        "device_used": summary.device,
+        "stop_reason": summary.stop_reason,
+        "training_fingerprint": fingerprint,
+        "train_git_commit": git_commit(),
+        **{f"{name}_sha256": digest for name, digest in data_sha256.items()},
+        **{f"version_{name}": version for name, version in library_versions().items()},
+    }
+    now_ms = int(time.time() * 1000)
+    metrics = {"best_val_pr_auc": summary.val_pr_auc, "best_val_roc_auc": summary.val_roc_auc,
+               "best_epoch": float(summary.best_round), "train_seconds": summary.seconds,
+               "decision_threshold": fitted.threshold}
+    client = MlflowClient()
+    client.log_batch(run_id, metrics=[Metric(k, v, now_ms, 0) for k, v in metrics.items()],
+                     params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+    client.set_tag(run_id, "model_family", family.name)
+    client.set_tag(run_id, "training_fingerprint", fingerprint)
