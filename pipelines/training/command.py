@@ -20,7 +20,7 @@ from mlflow.entities import Run
 from mlops import registry
 from mlops.calibration import calibration_report
 from mlops.contract import load_contract
-from mlops.errors import InputError, NotFoundError, TrainingError
+from mlops.errors import ConfigError, InputError, NotFoundError, TrainingError
 from mlops.inference import OnnxModel
 from mlops.registry_client import activate, connect
 from mlops.settings import Settings
@@ -28,6 +28,7 @@ from pipelines.settings import PipelineSettings
 from pipelines.steps.evaluate import compute_metrics
 from pipelines.training.entry import file_sha256, run_training
 from pipelines.training.export import export_step
+from pipelines.training.families.bundled import MLPFamily, family_class
 from pipelines.training.tracking import TRAINING_DATA_ARTIFACTS, params_from_run
 from pipelines.training.trainer import TrainParams
 
@@ -85,6 +86,11 @@ def recorded_inputs(settings: Settings, run_id: str, into: Path) -> tuple[Run, T
     except mlflow.exceptions.MlflowException as exc:
         raise NotFoundError(f"no MLflow run {run_id!r}: {exc.message}") from exc
     logged = run.data.params
+    # Runs from before families were MLPs; only the platform loop's runs record what reproduces them.
+    family = logged.get("model_family", MLPFamily.name)
+    if not family_class(family).platform_loop:
+        raise ConfigError(f"run {run_id} trained the {family} family; --reproduce reruns mlp runs only so far",
+                          field="model_family")
     try:
         params = params_from_run(logged)
     except ValueError as exc:
@@ -109,6 +115,8 @@ def reproduce(run_id: str, out_dir: Path, settings: PipelineSettings) -> tuple[T
     """Re-run ``run_id`` from its recorded inputs in a new run; returns the report and {name: (then, now)}."""
     with tempfile.TemporaryDirectory() as tmp:
         original, params, paths = recorded_inputs(settings, run_id, Path(tmp) / "data")
+        # The family the run trained, whatever this environment's setting says.
+        settings = settings.model_copy(update={"model_family": MLPFamily.name})
         again = new_run(settings, {"entry": "mlops train --reproduce", "reproduces": run_id})
         # A fresh checkpoint folder: resuming the original's final checkpoint would prove nothing.
         report = train_and_export(paths, out_dir, str(Path(tmp) / "checkpoints"), settings, run_id=again,

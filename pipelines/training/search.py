@@ -14,9 +14,11 @@ from pathlib import Path
 import mlflow
 
 from mlops.contract import load_contract
+from mlops.errors import ConfigError
 from mlops.model import fit_vocabularies
 from pipelines.settings import PipelineSettings
 from pipelines.training.data import read_split
+from pipelines.training.families.bundled import family_for
 from pipelines.training.tracking import params_to_log
 from pipelines.training.trainer import TrainParams, train_model
 
@@ -43,6 +45,9 @@ def search(paths: dict[str, Path], trials: int, settings: PipelineSettings, pare
     """Run ``trials`` trials maximising validation PR-AUC; returns the best trial's settings."""
     import optuna
 
+    if not family_for(settings).platform_loop:
+        raise ConfigError(f"--search tunes the mlp family's settings; the {settings.model_family} family has no "
+                          "search space yet: set its parameters in MLOPS_MODEL_PARAMS", field="model_family")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     contract = load_contract(settings.contract_path)
     base = TrainParams.from_settings(settings)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import onnx
@@ -16,18 +16,23 @@ import pytest
 import torch
 from threadpoolctl import threadpool_limits
 
+from mlops import registry
 from mlops.contract import DataContract
 from mlops.errors import ConfigError, UnconvertibleModelError
 from mlops.inference import OnnxModel
 from mlops.onnx_export import OUTPUT_NAME
+from mlops.triton_export import model_config
 from pipelines.settings import PipelineSettings
 from pipelines.splits import split_paths
+from pipelines.training.command import recorded_inputs
 from pipelines.training.entry import run_training
 from pipelines.training.export import ExportResult, export_and_check
 from pipelines.training.families.bundled import family_for
 from pipelines.training.families.converted import MAX_DISAGREEING_SHARE, TREE_TOLERANCE
 from pipelines.training.families.models import FittedModel, load_fitted
 from pipelines.training.families.xgb import _device
+from pipelines.training.families.xgb_model import FittedXGBoost
+from pipelines.training.search import search
 from pipelines.training.trained_model import read_summary
 
 pytestmark = pytest.mark.unit
@@ -181,3 +186,37 @@ def test_the_frames_the_family_reads_need_only_the_models_inputs(
     fitted, summary = family_for(settings).fit(train, validation, contract)
     assert summary.rounds_run <= 10
     assert fitted.probability(pd.DataFrame(splits[2][columns])).shape == (len(splits[2]),)
+
+
+def test_a_data_scientists_xgboost_params_override_the_platforms_choices(
+        splits: Splits, contract: DataContract) -> None:
+    settings = PipelineSettings(model_family="xgboost", device="cpu",
+                                model_params={"n_estimators": 5, "scale_pos_weight": 1.0, "max_depth": 2})
+    fitted, _ = family_for(settings).fit(splits[0], splits[1], contract)
+    chosen = cast(FittedXGBoost, fitted).model.get_params()
+    assert (chosen["scale_pos_weight"], chosen["max_depth"], chosen["tree_method"]) == (1.0, 2, "hist")
+
+
+def test_batch_scoring_and_the_triton_config_read_a_family_graph_as_the_mlps(
+        exported: Exported, splits: Splits, contract: DataContract) -> None:
+    test = splits[2]
+    served = OnnxModel(exported.export.onnx_path)
+    columns = {name: test[name].tolist() for name in served.input_names}
+    np.testing.assert_array_equal(served.predict_columns(columns), served.predict_proba(test))
+    config = model_config("family", onnx.load(str(exported.export.onnx_path)), max_batch_size=8, queue_delay_us=10)
+    assert f'name: "{OUTPUT_NAME}"' in config
+    assert all(f'name: "{name}"' in config for name in served.input_names)
+
+
+def test_search_tunes_only_the_mlp_so_far() -> None:
+    with pytest.raises(ConfigError, match="the xgboost family has no search space yet"):
+        search({}, 3, PipelineSettings(model_family="xgboost"), parent_run_id="unused")
+
+
+def test_reproducing_a_run_of_another_family_is_refused_in_one_line(
+        settings: PipelineSettings, tmp_path: Path) -> None:
+    client = registry.client(settings)
+    run_id = client.create_run(registry.ensure_experiment(settings)).info.run_id
+    client.log_param(run_id, "model_family", "xgboost")
+    with pytest.raises(ConfigError, match=f"run {run_id} trained the xgboost family; --reproduce reruns mlp runs"):
+        recorded_inputs(settings, run_id, tmp_path)
