@@ -58,11 +58,14 @@ def render_model_card(report: EvaluationReport, *, model_name: str, version: str
     lines = [f"# {model_name} version {version}", "",
              f"**Decision: {report.decision}** - {_cell(report.reason)}", "",
              f"Decides positive when its calibrated probability is at least "
-             f"**{candidate.threshold:.4f}** (the operating threshold, chosen on the validation split).", "",
-             "## Data", "",
-             f"- source: `{_cell(params.get('source', 'unknown'))}`",
-             f"- snapshot sha256: `{params.get('dataset_sha256', 'unknown')}` "
-             f"({_cell(params.get('dataset_rows', '?'))} rows, contract `{_cell(params.get('contract', '?'))}`)"]
+             f"**{candidate.threshold:.4f}** (the operating threshold, chosen on the validation split).", ""]
+    if "model_family" in params:  # runs from before model families carry none
+        chosen = f", parameters `{_cell(params['model_params'])}`" if "model_params" in params else ""
+        lines += ["## Model", "", f"- family: `{_cell(params['model_family'])}`{chosen}", ""]
+    lines += ["## Data", "",
+              f"- source: `{_cell(params.get('source', 'unknown'))}`",
+              f"- snapshot sha256: `{params.get('dataset_sha256', 'unknown')}` "
+              f"({_cell(params.get('dataset_rows', '?'))} rows, contract `{_cell(params.get('contract', '?'))}`)"]
     for split in _SPLITS:
         if f"{split}_rows" in params:
             lines.append(f"- {split}: {params[f'{split}_rows']} rows, {params.get(f'{split}_positives', '?')} positive")

@@ -74,3 +74,11 @@ def test_a_reason_with_table_characters_stays_on_its_line() -> None:
     card = render_model_card(_report("promote", "no model | in production\nyet"), model_name="m", version="1",
                              run=RUN)
     assert "**Decision: promote** - no model \\| in production yet" in card
+
+
+def test_the_card_names_the_model_family_and_its_parameters() -> None:
+    params = {**RUN.data.params, "model_family": "xgboost", "model_params": '{"max_depth": 4}'}
+    run = Run(RUN.info, RunData(params=[Param(k, v) for k, v in params.items()]))
+    card = render_model_card(_report("promote", "r"), model_name="m", version="1", run=run)
+    assert '## Model\n\n- family: `xgboost`, parameters `{"max_depth": 4}`\n\n## Data' in card
+    assert "## Model" not in render_model_card(_report("promote", "r"), model_name="m", version="1", run=RUN)

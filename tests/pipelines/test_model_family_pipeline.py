@@ -45,6 +45,8 @@ def test_an_xgboost_run_registers_a_version_the_service_answers(
     assert run.data.params["model_family"] == "xgboost"
     assert '"n_estimators": 80' in run.data.params["model_params"]
     assert run.data.tags["mlflow.runName"] == f"{settings.pipeline_name} v1 xgboost promote"
+    card = registry.client(settings).get_model_version(settings.model_name, "1").description
+    assert "- family: `xgboost`, parameters `" in str(card)
 
     contract = load_contract(settings.contract_path)
     rows = pd.read_parquet(source).tail(5)
