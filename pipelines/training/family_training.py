@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,8 @@ from pipelines.training.trained_model import TrainingSummary, write_summary
 
 log = logging.getLogger(__name__)
 FAMILY_PARAMS_PREFIX = "family."  # each family parameter as its own MLflow param, beside model_params
+IMPORTANCE_FILE = "feature_importance.json"
+IMPORTANCE_PICTURE = "feature_importance.png"
 
 
 @dataclass(frozen=True)
@@ -62,14 +65,15 @@ def train_family(family: ModelFamily, paths: dict[str, Path], out_dir: Path, con
     if run_id:
         from pipelines.training.lineage import log_split_datasets
 
-        log_family(run_id, family, fitted, summary, fingerprint, data_sha256)
+        log_family(run_id, family, fitted, summary, fingerprint, data_sha256, contract)
         log_split_datasets(run_id, paths, data_sha256, contract)
     return FamilyOutcome(fitted=fitted, summary=summary, fingerprint=fingerprint)
 
 
 def log_family(run_id: str, family: ModelFamily, fitted: FittedModel, summary: FitSummary, fingerprint: str,
-               data_sha256: dict[str, str]) -> None:
-    """The family and its params as MLflow params, how the fit went as metrics, in one batch."""
+               data_sha256: dict[str, str], contract: DataContract) -> None:
+    """The family and its params as MLflow params, how the fit went as metrics (one batch), and the
+    model's feature importance where it has one (JSON and a picture)."""
     import time
 
     from mlflow.entities import Metric, Param
@@ -97,3 +101,27 @@ def log_family(run_id: str, family: ModelFamily, fitted: FittedModel, summary: F
                      params=[Param(k, str(v)[:6000]) for k, v in params.items()])
     client.set_tag(run_id, "model_family", family.name)
     client.set_tag(run_id, "training_fingerprint", fingerprint)
+    importance = fitted.feature_importance(contract)
+    if importance:
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            (folder / IMPORTANCE_FILE).write_text(json.dumps(importance, indent=2))
+            plot_importance(importance, folder / IMPORTANCE_PICTURE, family.name)
+            # Beside evaluate's PR curve and confusion matrix, where a person looks at the model.
+            client.log_artifacts(run_id, str(folder), "evaluation")
+
+
+def plot_importance(importance: dict[str, float], path: Path, family: str) -> None:
+    """Horizontal bars, the most important input on top."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ranked = sorted(importance.items(), key=lambda item: item[1])
+    fig, ax = plt.subplots(figsize=(6, 0.3 * len(ranked) + 1.2))
+    ax.barh([name for name, _ in ranked], [value for _, value in ranked])
+    ax.set(xlabel="importance", title=f"Feature importance ({family})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

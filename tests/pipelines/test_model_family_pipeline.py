@@ -71,6 +71,8 @@ def test_an_xgboost_run_registers_a_version_named_after_its_family(xgboost_run: 
     assert run.data.tags["mlflow.runName"] == f"{settings.pipeline_name} v1 xgboost promote"
     card = client.get_model_version(settings.model_name, "1").description
     assert "- family: `xgboost`, parameters `" in str(card)
+    pictures = {Path(a.path).name for a in client.list_artifacts(outcome.run_id, "evaluation")}
+    assert {"pr_curve.png", "feature_importance.png", "feature_importance.json"} <= pictures
 
 
 @pytest.mark.timeout(300)

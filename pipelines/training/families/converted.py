@@ -37,6 +37,11 @@ def feature_matrix(frame: pd.DataFrame, contract: DataContract, vocabs: dict[str
     return np.ascontiguousarray(np.hstack([numeric, categorical.astype(np.float32)]))
 
 
+def feature_names(contract: DataContract) -> list[str]:
+    """The model inputs in :func:`feature_matrix`'s column order."""
+    return [*contract.numeric_inputs, *contract.model_inputs.categorical]
+
+
 def logit(probability: np.ndarray) -> np.ndarray:
     p = np.clip(probability.astype(np.float64), _EPS, 1.0 - _EPS)
     return np.asarray(np.log(p) - np.log1p(-p))

@@ -75,6 +75,11 @@ class FittedModel(ABC):
     def load(cls, folder: Path, contract: DataContract) -> FittedModel:
         """The model :meth:`save` wrote to ``folder``."""
 
+    def feature_importance(self, contract: DataContract) -> dict[str, float]:
+        """Model input -> the model's own importance measure (trees: total gain); empty where the family
+        has none (a network, a Pipeline)."""
+        return {}
+
 
 class ModelFamily(ABC):
     """Fits one kind of model from frames; registered under :attr:`name`."""

@@ -70,6 +70,13 @@ class FittedSklearn(FittedModel):
         return converted.check_converted_parity(self.probability(frame), onnx_path, frame, self.threshold,
                                                 estimator_name(self.estimator))
 
+    def feature_importance(self, contract: DataContract) -> dict[str, float]:
+        """The estimator's ``feature_importances_`` (impurity-based trees), where it has them."""
+        importances = getattr(self.estimator, "feature_importances_", None)
+        if importances is None:
+            return {}
+        return {name: float(v) for name, v in zip(converted.feature_names(contract), importances, strict=True)}
+
     def save(self, folder: Path) -> None:
         import joblib
 

@@ -32,6 +32,7 @@ from pipelines.training.families.converted import MAX_DISAGREEING_SHARE, TREE_TO
 from pipelines.training.families.models import FittedModel, load_fitted
 from pipelines.training.families.xgb import _device
 from pipelines.training.families.xgb_model import FittedXGBoost
+from pipelines.training.family_training import plot_importance
 from pipelines.training.search import search
 from pipelines.training.trained_model import read_summary
 
@@ -220,3 +221,15 @@ def test_reproducing_a_run_of_another_family_is_refused_in_one_line(
     client.log_param(run_id, "model_family", "xgboost")
     with pytest.raises(ConfigError, match=f"run {run_id} trained the xgboost family; --reproduce reruns mlp runs"):
         recorded_inputs(settings, run_id, tmp_path)
+
+
+def test_trees_report_feature_importance_by_input_and_draw_it(
+        exported: Exported, contract: DataContract, tmp_path: Path) -> None:
+    importance = exported.fitted.feature_importance(contract)
+    if exported.family != "xgboost":  # HistGradientBoosting and a Pipeline have no importance of their own
+        assert importance == {}
+        return
+    assert list(importance) == [*contract.numeric_inputs, *contract.model_inputs.categorical]
+    assert max(importance.values()) > 0
+    plot_importance(importance, tmp_path / "importance.png", "xgboost")
+    assert (tmp_path / "importance.png").read_bytes().startswith(b"\x89PNG")
