@@ -29,7 +29,7 @@ class PipelineSettings(Settings):
                                   "deployed candidate's canary starts with.")
     model_family: str = Field(default="mlp", description="The model family that trains: a registered name (mlp, "
                               "xgboost, sklearn); docs/own-model.md.")
-    model_params: dict[str, Any] = Field(default_factory=dict, description="The family's own parameters, JSON in "
+    model_params: dict[str, Any] = Field(default={}, description="The family's own parameters, JSON in "
                                          "MLOPS_MODEL_PARAMS (mlp: its settings above).")
     seed: int = 42
     max_epochs: int = Field(default=30, ge=1)

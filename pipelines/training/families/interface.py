@@ -5,10 +5,10 @@ and its parameters into a :class:`FittedModel`, which answers the calibrated pro
 an ONNX scoring graph over the encoded inputs; :func:`mlops.onnx_export.write_served_graph` puts the
 preprocessing head in front, so the served file takes the same raw fields and answers the same output
 whatever the family. Families register under a name; ``PipelineSettings.model_family`` names the one a
-run uses and :func:`family_for` builds it. Adding a family is a :class:`ModelFamily` subclass with
-:func:`register_family` (its training) and a :class:`FittedModel` subclass with :func:`register_fitted`
-(what the export step loads), in two modules: the export step's stage then depends on no training code
-or setting.
+run uses and :func:`pipelines.training.families.bundled.family_for` builds it. Adding a family is a
+:class:`ModelFamily` subclass with :func:`register_family` (its training) and a :class:`FittedModel`
+subclass with :func:`register_fitted` (what the export step loads), in two modules: the export step's
+stage then depends on no training code or setting.
 """
 
 from __future__ import annotations
@@ -90,12 +90,12 @@ class ModelFamily(ABC):
     platform_loop: ClassVar[bool] = False
 
     def __init__(self, settings: PipelineSettings) -> None:
-        self.settings = settings  # seed, device and the family's own params (settings.model_params)
+        self.settings = settings  # seed, device and the family's own params (model_params)
 
     @property
+    @abstractmethod
     def params(self) -> dict[str, Any]:
         """The parameters the family fits with (its defaults and the settings' overrides), as logged."""
-        return dict(self.settings.model_params)
 
     @abstractmethod
     def fit(self, train: pd.DataFrame, validation: pd.DataFrame,
@@ -140,8 +140,3 @@ def family_class(name: str) -> type[ModelFamily]:
         known = ", ".join(sorted(FAMILIES))
         raise ConfigError(f"unknown model family {name!r}; registered: {known}", field="model_family")
     return family
-
-
-def family_for(settings: PipelineSettings) -> ModelFamily:
-    """The family ``settings.model_family`` names, built from the settings."""
-    return family_class(settings.model_family)(settings)
