@@ -17,7 +17,14 @@ from typing import Any, cast
 from mlops.contract import DataContract, load_contract
 from mlops.registry_client import activate
 from pipelines.orchestration.declaration import STEPS, Step, record_type
-from pipelines.orchestration.records import FailureRecord, StepRecord, failure_reason, read_record, write_record
+from pipelines.orchestration.records import (
+    FailureRecord,
+    StepRecord,
+    failure_reason,
+    is_bad_input,
+    read_record,
+    write_record,
+)
 from pipelines.settings import PipelineSettings
 
 
@@ -50,7 +57,8 @@ def call_step(step: Step, context: StepContext, arguments: Mapping[str, Any],
         return step_function(step)(context, **arguments)
     except Exception as exc:
         if failure is not None:
-            write_record(failure, FailureRecord(step=step.name, reason=failure_reason(exc)))
+            write_record(failure, FailureRecord(step=step.name, reason=failure_reason(exc),
+                                                bad_input=is_bad_input(exc)))
         raise
 
 

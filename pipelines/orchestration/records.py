@@ -26,7 +26,7 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from mlops.errors import DataValidationError, InputError
+from mlops.errors import ConfigError, DataValidationError, InputError, MLOpsError
 
 
 class StepRecord(BaseModel):
@@ -108,6 +108,8 @@ class FailureRecord(BaseModel):
 
     step: str
     reason: str
+    # The error was the caller's to fix (exit code 2: a bad setting or input); the run exits 2 as well.
+    bad_input: bool = False
 
 
 FAILURE = "failure.json"  # a failed step's FailureRecord, in the folder of its outputs
@@ -119,6 +121,11 @@ def failure_reason(exc: BaseException) -> str:
     if isinstance(exc, DataValidationError) and exc.report_path:
         reason = f"{reason} (report: {Path(exc.report_path).with_suffix('.html')})"
     return str(reason)[:4000]
+
+
+def is_bad_input(exc: BaseException) -> bool:
+    """The error is the caller's to fix: a platform error of exit code 2 (a setting, an input)."""
+    return isinstance(exc, MLOpsError) and exc.exit_code == ConfigError.exit_code
 
 
 Record = TypeVar("Record", bound=BaseModel)

@@ -167,7 +167,8 @@ def _failure(settings: Settings, run_name: str, exc: Exception, failed_step: str
         return PipelineError(f"{where}: {down.message}; nothing was promoted")
     failure = RunRecords.of(settings, run_name).failure()
     if failure is not None:
-        return PipelineError(f"pipeline stopped at {failure.step}: {failure.reason}", step=failure.step)
+        return PipelineError(f"pipeline stopped at {failure.step}: {failure.reason}", step=failure.step,
+                             bad_input=failure.bad_input)
     return PipelineError(f"{where}: {ANSI_ESCAPE.sub('', str(exc))}")
 
 

@@ -125,15 +125,17 @@ class ModelNotReadyError(MLOpsError):
 class PipelineError(MLOpsError):
     """A pipeline run failed; ``step`` names the step that stopped it.
 
-    A run stopped at ingest or validate was given bad data: that is bad input (exit code 2).
+    A run stopped at ingest or validate was given bad data, and a step that refused its input or its
+    settings (``bad_input``: an error of exit code 2, such as a model no converter takes): that is bad
+    input (exit code 2).
     """
 
     BAD_INPUT_STEPS = frozenset({"ingest", "validate"})
 
-    def __init__(self, message: str, *, step: str | None = None) -> None:
+    def __init__(self, message: str, *, step: str | None = None, bad_input: bool = False) -> None:
         super().__init__(message)
         self.step = step
-        self.exit_code = 2 if step in self.BAD_INPUT_STEPS else 1
+        self.exit_code = 2 if bad_input or step in self.BAD_INPUT_STEPS else 1
 
 
 class RunLockedError(MLOpsError):

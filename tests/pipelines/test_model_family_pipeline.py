@@ -114,6 +114,7 @@ def test_an_estimator_skl2onnx_cannot_convert_stops_the_run_at_export_and_regist
     with pytest.raises(PipelineError, match="skl2onnx cannot convert") as caught:
         run_pipeline(str(source), settings, run_name="unconvertible", runner="inline")
     assert caught.value.step == "export"
+    assert caught.value.exit_code == 2  # a setting to change, as `mlops train` says it
     assert "\n" not in caught.value.message
     client = registry.client(settings)
     assert client.search_model_versions(f"name = '{settings.model_name}'") == []
