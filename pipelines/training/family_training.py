@@ -9,6 +9,7 @@ import hashlib
 import json
 import logging
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,8 +75,6 @@ def log_family(run_id: str, family: ModelFamily, fitted: FittedModel, summary: F
                data_sha256: dict[str, str], contract: DataContract) -> None:
     """The family and its params as MLflow params, how the fit went as metrics (one batch), and the
     model's feature importance where it has one (JSON and a picture)."""
-    import time
-
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import time
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -55,9 +56,9 @@ class SklearnFamily(ModelFamily):
             raise ConfigError(f"sklearn estimator {self.params['estimator']!r} is not a class or a function",
                               field="model_params")
         try:
-            accepted = inspect.signature(factory).parameters
-        except (TypeError, ValueError):
-            accepted = {}  # type: ignore[assignment]
+            accepted: Collection[str] = inspect.signature(factory).parameters
+        except (TypeError, ValueError):  # a builtin or C callable without a signature: pass params as given
+            accepted = ()
         if "class_weight" in accepted and "class_weight" not in params:
             params["class_weight"] = {0: 1.0, 1: (rows - positives) / positives}
         if "random_state" in accepted and "random_state" not in params:
@@ -81,7 +82,11 @@ class SklearnFamily(ModelFamily):
             raise ConfigError("the train split holds no positive label; a classifier cannot be fitted")
         estimator = self.build(positives, len(y_train))
         started = time.monotonic()
-        estimator.fit(x_train, y_train)
+        try:
+            estimator.fit(x_train, y_train)
+        except (TypeError, ValueError) as exc:  # scikit-learn checks its params here (InvalidParameterError)
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(f"{estimator_name(estimator)} did not fit: {first_line}", field="model_params") from exc
         seconds = time.monotonic() - started
         fitted = FittedSklearn(estimator, vocabs, (1.0, 0.0), 0.5, contract)
         raw = fitted.uncalibrated_probability(validation)

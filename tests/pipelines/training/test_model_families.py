@@ -156,8 +156,10 @@ def test_an_unknown_family_is_a_clear_error() -> None:
     ({"estimator": "sklearn.ensemble.NoSuchForest"}, "'sklearn.ensemble.NoSuchForest' does not import"),
     ({"estimator": "sklearn.svm.LinearSVC"}, "LinearSVC has no predict_proba"),
     ({"estimator": "sklearn.linear_model.LogisticRegression", "no_such_param": 1}, "no_such_param"),
+    ({"estimator": "sklearn.linear_model.LogisticRegression", "C": -1.0},
+     "LogisticRegression did not fit: The 'C' parameter of LogisticRegression must be"),
 ])
-def test_a_bad_sklearn_estimator_fails_before_fitting_in_one_line(
+def test_a_bad_sklearn_estimator_fails_in_one_line(
         params: dict[str, Any], message: str, splits: Splits, contract: DataContract) -> None:
     with pytest.raises(ConfigError, match=message) as caught:
         family_for(PipelineSettings(model_family="sklearn", model_params=params)).fit(splits[0], splits[1], contract)
