@@ -1,6 +1,7 @@
 """The train step of a family fitted in one process (every family but the platform's torch loop):
 read the train and validation splits as frames, fit, write the family's files and ``training.json``
-to the out dir (the export step reads them), and, given a run id, log the family to MLflow.
+to the out dir (the export step reads them), and, given a run id, log the family to MLflow. Also what
+those families share when they fit: labels, Platt calibration on the score's logit, ranking scores.
 """
 
 from __future__ import annotations
@@ -13,12 +14,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+from sklearn.metrics import average_precision_score, roc_auc_score
 
 from mlops.contract import DataContract
 from mlops.errors import InputError
 from pipelines.settings import PipelineSettings
+from pipelines.steps.calibration import fit_platt
 from pipelines.training.data import input_columns
+from pipelines.training.families.converted import logit
 from pipelines.training.families.interface import FitSummary, FittedModel, ModelFamily
 from pipelines.training.trained_model import TrainingSummary, write_summary
 
@@ -26,6 +31,20 @@ log = logging.getLogger(__name__)
 FAMILY_PARAMS_PREFIX = "family."  # each family parameter as its own MLflow param, beside model_params
 IMPORTANCE_FILE = "feature_importance.json"
 IMPORTANCE_PICTURE = "feature_importance.png"
+
+
+def labels(frame: pd.DataFrame, contract: DataContract) -> np.ndarray:
+    return frame[contract.label_column].to_numpy().astype(np.int64)
+
+
+def fit_calibration(raw_validation: np.ndarray, validation_labels: np.ndarray) -> tuple[float, float]:
+    """Class weights inflate a tree's scores as they do the MLP's: Platt on validation maps them back."""
+    return fit_platt(logit(raw_validation), validation_labels)
+
+
+def ranking_scores(labels_: np.ndarray, scores: np.ndarray) -> tuple[float, float]:
+    """(PR-AUC, ROC AUC) of ``scores``."""
+    return float(average_precision_score(labels_, scores)), float(roc_auc_score(labels_, scores))
 
 
 @dataclass(frozen=True)

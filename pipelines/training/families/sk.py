@@ -24,9 +24,11 @@ import pandas as pd
 from mlops.contract import DataContract
 from mlops.errors import ConfigError, TrainingError
 from mlops.model import fit_vocabularies
-from pipelines.training.families import converted, fitting
+from pipelines.training.families import converted
 from pipelines.training.families.interface import FitSummary, FittedModel, ModelFamily, register_family
 from pipelines.training.families.sk_model import FittedSklearn, estimator_name
+from pipelines.training.family_training import fit_calibration, labels, ranking_scores
+from pipelines.training.trainer import best_f1_threshold
 
 DEFAULT_ESTIMATOR = "sklearn.ensemble.HistGradientBoostingClassifier"
 
@@ -76,7 +78,7 @@ class SklearnFamily(ModelFamily):
             contract: DataContract) -> tuple[FittedModel, FitSummary]:
         vocabs = fit_vocabularies(contract)
         x_train = converted.feature_matrix(train, contract, vocabs).astype(np.float64)
-        y_train, y_val = fitting.labels(train, contract), fitting.labels(validation, contract)
+        y_train, y_val = labels(train, contract), labels(validation, contract)
         positives = int(y_train.sum())
         if positives == 0:
             raise ConfigError("the train split holds no positive label; a classifier cannot be fitted")
@@ -93,9 +95,9 @@ class SklearnFamily(ModelFamily):
         if not np.isfinite(raw).all():
             raise TrainingError(f"{estimator_name(estimator)} answered non-finite probabilities on validation; "
                                 "scale its inputs (a Pipeline) or change its parameters")
-        fitted.platt = fitting.fit_calibration(raw, y_val)
-        fitted.threshold = fitting.best_f1_threshold(y_val, converted.calibrated(raw, fitted.platt))
-        pr_auc, roc_auc = fitting.ranking_scores(y_val, raw)
+        fitted.platt = fit_calibration(raw, y_val)
+        fitted.threshold = best_f1_threshold(y_val, converted.calibrated(raw, fitted.platt))
+        pr_auc, roc_auc = ranking_scores(y_val, raw)
         n_iter = getattr(estimator, "n_iter_", None)  # boosting rounds or solver iterations, where it has them
         rounds = int(n_iter) if isinstance(n_iter, int | np.integer) else 1
         return fitted, FitSummary(best_round=rounds, rounds_run=rounds, stop_reason="fit", seconds=seconds,

@@ -14,9 +14,11 @@ import pandas as pd
 from mlops.contract import DataContract
 from mlops.errors import ConfigError
 from mlops.model import fit_vocabularies
-from pipelines.training.families import converted, fitting
+from pipelines.training.families import converted
 from pipelines.training.families.interface import FitSummary, FittedModel, ModelFamily, register_family
 from pipelines.training.families.xgb_model import FittedXGBoost
+from pipelines.training.family_training import fit_calibration, labels, ranking_scores
+from pipelines.training.trainer import best_f1_threshold
 
 # Defaults a data scientist would start from on tabular fraud data; any XGBClassifier parameter overrides.
 DEFAULTS: dict[str, Any] = {"n_estimators": 500, "learning_rate": 0.1, "max_depth": 6,
@@ -45,8 +47,8 @@ class XGBoostFamily(ModelFamily):
         from xgboost import XGBClassifier
 
         vocabs = fit_vocabularies(contract)
-        x_train, y_train = converted.feature_matrix(train, contract, vocabs), fitting.labels(train, contract)
-        x_val, y_val = converted.feature_matrix(validation, contract, vocabs), fitting.labels(validation, contract)
+        x_train, y_train = converted.feature_matrix(train, contract, vocabs), labels(train, contract)
+        x_val, y_val = converted.feature_matrix(validation, contract, vocabs), labels(validation, contract)
         positives = int(y_train.sum())
         if positives == 0:
             raise ConfigError("the train split holds no positive label; xgboost cannot weight the classes")
@@ -61,9 +63,9 @@ class XGBoostFamily(ModelFamily):
         # Scoring numpy arrays on the GPU would copy them there first (XGBoost warns); the CPU is quick.
         model.set_params(device="cpu")
         raw = np.asarray(model.predict_proba(x_val)[:, 1], dtype=np.float64)
-        platt = fitting.fit_calibration(raw, y_val)
-        threshold = fitting.best_f1_threshold(y_val, converted.calibrated(raw, platt))
-        pr_auc, roc_auc = fitting.ranking_scores(y_val, raw)
+        platt = fit_calibration(raw, y_val)
+        threshold = best_f1_threshold(y_val, converted.calibrated(raw, platt))
+        pr_auc, roc_auc = ranking_scores(y_val, raw)
         rounds = model.get_booster().num_boosted_rounds()
         best = int(getattr(model, "best_iteration", rounds - 1)) + 1
         stop = "early_stopping" if rounds < int(self.params["n_estimators"]) else "max_rounds"
