@@ -25,6 +25,8 @@ from native_stack.config import prometheus_config
 from native_stack.settings import StackSettings
 from native_stack.supervisor import Stack, down, up
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:

@@ -21,6 +21,8 @@ from mlops_cli.app import app
 from pipelines.orchestration.kfp_pipeline import COMPILED_PIPELINE
 from pipelines.orchestration.kfp_remote import kfp_cron, schedule, submit
 
+pytestmark = pytest.mark.integration
+
 Recorded = list[tuple[str, str, dict[str, Any]]]
 
 

@@ -21,6 +21,8 @@ from mlops.data.ingest import ingest
 from mlops.errors import IngestError
 from mlops_cli.app import app
 
+pytestmark = pytest.mark.integration
+
 CHUNK = 7  # rows per chunk in these tests: every file below spans several chunks
 
 

@@ -18,6 +18,8 @@ from mlops.log_owner import CLAIM_FILE, claim_log, log_owner, store_identity
 from mlops.prediction_log import log_dir
 from mlops.settings import Settings
 
+pytestmark = pytest.mark.integration
+
 SERVER = "http://serving:s3cret@127.0.0.1:5000"
 
 

@@ -22,6 +22,8 @@ from mlops.inference import OnnxModel
 from mlops.model import UNKNOWN_INDEX, TabularMLP, encode, fit_vocabularies
 from mlops.onnx_export import check_parity, export_onnx
 
+pytestmark = pytest.mark.integration
+
 THRESHOLD = 0.37
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 SERVING = Path(__file__).resolve().parents[2] / "serving"
 # Training/validation/monitoring stacks keep the image small; pickle-family loaders run code on load.
 FORBIDDEN = frozenset({"torch", "great_expectations", "evidently", "pipelines", "monitoring",
