@@ -13,7 +13,7 @@ from pipelines.orchestration.environment import environment, record_env, setting
 from pipelines.settings import PipelineSettings
 from serving.settings import ServingSettings
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.unit
 
 
 def test_settings_survive_the_environment_round_trip_secrets_included(tmp_path: Path,

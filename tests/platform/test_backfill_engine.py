@@ -24,7 +24,7 @@ from mlops.features import History
 from mlops.inference import OnnxModel
 from mlops.settings import Settings
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.unit
 
 
 class ReplayEngine(FeatureEngine):

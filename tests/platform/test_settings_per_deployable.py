@@ -17,7 +17,7 @@ from native_stack.settings import StackSettings
 from pipelines.settings import PipelineSettings
 from serving.settings import ServingSettings
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.unit
 
 DEPLOYABLES: tuple[type[Settings], ...] = (PipelineSettings, ServingSettings, MonitoringSettings, StackSettings,
                                           GateSettings)
