@@ -7,15 +7,20 @@ UV_VERSION := 0.13.9
 # This machine keeps a CPU build of torch on disk; elsewhere the same pin comes from PyPI.
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 STAMP := $(VENV)/.installed
+# Bytecode is compiled at install (the libraries by uv, the project here): a process that may not write
+# .pyc files (PYTHONDONTWRITEBYTECODE) would otherwise compile every module it imports, every time.
+SOURCES := platform pipelines serving monitoring feature_repo infra benchmarks tests
 
-.PHONY: setup demo test lint serve compile dvc-yaml lock grpc-stubs clean validate-infra infra-rules mutation repro stack stack-down stack-status gates gates-baseline docs
+.PHONY: setup demo test test-fast lint serve compile dvc-yaml lock grpc-stubs clean validate-infra infra-rules mutation repro stack stack-down stack-status gates gates-baseline docs
 
+# The project's own bytecode, refreshed on every target (compileall skips what is up to date).
 setup: $(STAMP)
+	@$(PY) -m compileall -q $(SOURCES) > /dev/null
 
 $(STAMP): pyproject.toml requirements.lock
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
-	$(UV) pip install --python $(PY) $(FIND_LINKS) -r requirements.lock
+	$(UV) pip install --python $(PY) $(FIND_LINKS) --compile-bytecode -r requirements.lock
 	$(UV) pip install --python $(PY) --no-deps -e .
 	@touch $(STAMP)
 
@@ -36,6 +41,10 @@ test: setup validate-infra
 	@.ci/system-packages.sh
 	$(PY) -m pytest --durations=25 -p randomly --randomly-seed=$(TEST_SEED) \
 		-n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
+
+# The unit tier (docs/testing.md): in-process tests on small data, about a minute; run it first.
+test-fast: setup
+	$(PY) -m pytest -q -m unit -p randomly --randomly-seed=$(TEST_SEED) -n 2 --dist loadscope
 
 # The import contracts ([tool.importlinter] in pyproject.toml): the layers, and what serving never loads.
 lint: setup

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("platform", "pipelines", "serving", "monitoring", "feature_repo", "infra")
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")

@@ -10,6 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.integration
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = REPO_ROOT / ".ci" / "system-packages.sh"
 TOOLS = ("bash", "cut", "tr", "sed", "paste", "id")  # what the script itself runs

@@ -16,6 +16,8 @@ from ci_gates.__main__ import REPO_ROOT, main
 from ci_gates.image import image_gate
 from ci_gates.make_targets import make_gate
 
+pytestmark = pytest.mark.integration
+
 BIN = Path(sys.executable).parent
 
 

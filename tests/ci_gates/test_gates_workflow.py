@@ -17,6 +17,8 @@ import yaml
 
 from ci_gates.__main__ import GATES, REPO_ROOT
 
+pytestmark = pytest.mark.unit
+
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "gates.yml"
 MAKE_TARGET = re.compile(r"^([A-Za-z][\w-]*):", re.MULTILINE)
 PINNED = re.compile(r"^[\w.-]+/[\w.-]+@[0-9a-f]{40}$")  # owner/action@<full commit SHA>

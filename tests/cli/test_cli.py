@@ -15,7 +15,7 @@ from mlops_cli.app import app
 runner = CliRunner()
 
 
-pytestmark = pytest.mark.usefixtures("cli_home")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("cli_home")]
 
 
 def test_generate_writes_parquet_and_csv(tmp_path: Path) -> None:

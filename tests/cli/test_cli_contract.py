@@ -15,6 +15,8 @@ from mlops.contract import load_contract
 from mlops.data.generator import write_transactions
 from mlops_cli.app import app
 
+pytestmark = pytest.mark.unit
+
 runner = CliRunner()
 
 

@@ -49,7 +49,7 @@ print(json.dumps({"codes": answers, "heavy": heavy}))
 """
 
 
-pytestmark = pytest.mark.usefixtures("cli_home")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("cli_home")]
 
 
 def test_mistakes_are_refused_before_settings_data_or_ml_libraries_load(tmp_path: Path) -> None:

@@ -15,6 +15,8 @@ from mlops.errors import RegistryError
 from mlops.settings import Settings
 from mlops_cli.app import app
 
+pytestmark = pytest.mark.integration
+
 runner = CliRunner()
 
 

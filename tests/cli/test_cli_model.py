@@ -11,6 +11,8 @@ from mlops.registry_client import activate
 from mlops.settings import Settings
 from mlops_cli.app import app
 
+pytestmark = pytest.mark.integration
+
 runner = CliRunner()
 
 

@@ -18,6 +18,8 @@ from mlops.prediction_log import PredictionLog, PredictionRecord, log_dir
 from mlops.settings import Settings
 from mlops_cli.app import app
 
+pytestmark = pytest.mark.integration
+
 runner = CliRunner()
 NOW = datetime.now(UTC)
 

@@ -20,6 +20,8 @@ from mlops.errors import ConfigError
 from mlops.triggers import PipelineTrigger, ServeTrigger, Trigger
 from mlops_cli.app import app
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parents[2]
 # Everything the command line sits on: none of it may reach up to it.
 BELOW_THE_CLI = ("platform/mlops", "feature_repo", "pipelines", "serving", "monitoring")

@@ -12,6 +12,8 @@ import yaml
 from infra import rules
 from infra.manifests import find_object
 
+pytestmark = pytest.mark.integration
+
 REQUIRED_METRICS = ("mlops_request_latency_seconds_bucket", "mlops_requests_total", "mlops_drift_level",
                     "mlops_training_run_failed_total", "DCGM_FI_DEV_GPU_UTIL", "kueue_pending_workloads")
 

@@ -24,6 +24,8 @@ from infra.manifests import OVERLAYS
 from infra.manifests import find_object as find
 from infra.pods import PodTemplate, pod_templates
 
+pytestmark = pytest.mark.integration
+
 Objects = list[dict[str, Any]]
 # Every pod that talks to MLflow or Redis, by owner, with the MLflow Secret it must use.
 CLIENTS = {"Deployment/mlops/prediction-service": "mlflow-serving", "CronJob/mlops/drift-check": "mlflow-admin",

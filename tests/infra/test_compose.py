@@ -15,6 +15,8 @@ import yaml
 from infra.compose import COMPOSE_FILE, check, main
 from infra.manifests import REPO_ROOT
 
+pytestmark = pytest.mark.unit
+
 Compose = dict[str, Any]
 PROMETHEUS_DIR = REPO_ROOT / "monitoring" / "prometheus"
 

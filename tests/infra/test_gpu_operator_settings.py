@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 
 from infra.manifests import INFRA_DIR, find_object
 from infra.schemas import SchemaValidator
+
+pytestmark = pytest.mark.unit
 
 # GPU PCI ids (device-filter) and the MIG profiles each offers: compute slices used, most per GPU.
 GPUS = {"0x20B210DE": "A100-SXM4-80GB", "0x233010DE": "H100-80GB-HBM3"}

@@ -15,9 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import pytest
 import yaml
 
 from infra.manifests import REPO_ROOT
+
+pytestmark = pytest.mark.integration
 
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "images.yml"
 REGISTRY = "ghcr.io/mlops-platform"

@@ -12,6 +12,8 @@ from infra.manifests import OVERLAYS
 from infra.manifests import find_object as find
 from infra.policy import gpu_pods, violations
 
+pytestmark = pytest.mark.integration
+
 Objects = list[dict[str, Any]]
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 

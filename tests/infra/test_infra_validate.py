@@ -15,6 +15,8 @@ from infra.manifests import find_object as find
 from infra.schemas import SchemaValidator
 from mlops.errors import ManifestError
 
+pytestmark = pytest.mark.integration
+
 Objects = list[dict[str, Any]]
 
 

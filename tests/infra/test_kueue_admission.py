@@ -11,6 +11,8 @@ import pytest
 from infra.kueue_sim import Cluster, ClusterQueue, Workload, cluster_queues
 from mlops.errors import ManifestError
 
+pytestmark = pytest.mark.unit
+
 GPU = "nvidia.com/gpu"
 H100 = frozenset({"h100-80gb"})
 TRAINING, RESEARCH = 100, 10

@@ -25,6 +25,8 @@ from pydantic import SecretStr
 
 from infra.manifests import REPO_ROOT
 
+pytestmark = pytest.mark.integration
+
 MLFLOW_DIR = REPO_ROOT / "infra" / "docker" / "mlflow"
 SCRIPT = MLFLOW_DIR / "create_user.py"
 ADMIN = ("admin", secrets.token_urlsafe(16))

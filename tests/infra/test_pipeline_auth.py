@@ -18,6 +18,8 @@ from infra.pipeline_auth import load_compiled, pipeline_problems, task_pods, tas
 from pipelines.cluster import PIPELINE_NAMESPACE, TRACKING_SECRET
 from pipelines.orchestration.kfp_pipeline import COMPILED_PIPELINE
 
+pytestmark = pytest.mark.integration
+
 Objects = list[dict[str, Any]]
 
 

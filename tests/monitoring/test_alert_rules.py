@@ -15,6 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from monitoring.dashboards import DASHBOARD_DIR
 from serving.metrics import ServiceMetrics
 
+pytestmark = pytest.mark.integration
+
 ALERTS = DASHBOARD_DIR.parents[1] / "prometheus" / "alerts.yml"
 PROMTOOL = shutil.which("promtool")
 

@@ -17,6 +17,8 @@ from mlops.errors import RunLockedError
 from mlops.run_lock import waiting_lock
 from monitoring.calibration_guard import CHECKS_FILE, CalibrationCheck, read_checks, save_checks
 
+pytestmark = pytest.mark.integration
+
 WRITERS = 4
 ROUNDS = 40
 

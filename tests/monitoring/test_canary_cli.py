@@ -24,6 +24,8 @@ from monitoring.settings import MonitoringSettings
 if TYPE_CHECKING:
     from served_traffic import LogWriter, Traffic
 
+pytestmark = pytest.mark.integration
+
 runner = CliRunner()
 
 

@@ -27,6 +27,8 @@ from monitoring.window import WindowSpec, read_window
 if TYPE_CHECKING:
     from served_traffic import LogWriter, Traffic
 
+pytestmark = pytest.mark.integration
+
 runner = CliRunner()
 
 START = datetime(2026, 3, 1, tzinfo=UTC)

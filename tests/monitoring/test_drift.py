@@ -20,6 +20,8 @@ from monitoring.evidently_report import evidently_scores, evidently_snapshot
 if TYPE_CHECKING:
     from served_traffic import Traffic
 
+pytestmark = pytest.mark.integration
+
 AMOUNT_FEATURES = {"amount", "customer_amount_mean_7d", "customer_amount_max_24h", "customer_amount_sum_24h",
                    "merchant_amount_mean_7d"}
 

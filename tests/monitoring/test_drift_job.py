@@ -36,6 +36,8 @@ from monitoring.window import WindowSpec
 if TYPE_CHECKING:
     from served_traffic import LogWriter, Registrar, Traffic
 
+pytestmark = pytest.mark.integration
+
 TOKEN = "s3cret-admin-token"
 runner = CliRunner()
 

@@ -25,6 +25,10 @@ from monitoring.labels import average_precision
 if TYPE_CHECKING:
     from served_traffic import Traffic
 
+import pytest
+
+pytestmark = pytest.mark.integration
+
 THRESHOLD = 0.5  # the monitoring fixtures' served threshold (their logged decisions)
 
 

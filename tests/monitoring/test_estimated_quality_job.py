@@ -25,6 +25,8 @@ from monitoring.window import WindowSpec
 if TYPE_CHECKING:
     from served_traffic import LogWriter, Registrar, Traffic
 
+pytestmark = pytest.mark.integration
+
 runner = CliRunner()
 THRESHOLD = 0.5  # write_log decides positive at 0.5
 

@@ -10,6 +10,8 @@ import yaml
 from mlops.errors import EmptyWindowError
 from monitoring.kfp_component import compile_drift_pipeline, drift_check
 
+pytestmark = pytest.mark.unit
+
 
 def test_the_drift_pipeline_compiles_with_the_component(tmp_path: Path) -> None:
     spec = yaml.safe_load(compile_drift_pipeline(tmp_path / "drift.yaml").read_text())

@@ -27,6 +27,8 @@ from mlops.settings import Settings
 from mlops_cli.app import app
 from monitoring.label_features import deliver_labels
 
+pytestmark = pytest.mark.integration
+
 runner = CliRunner()
 BASE = datetime(2026, 3, 2, 22, 0, tzinfo=UTC)
 TS, ID, LABEL = "event_timestamp", "transaction_id", "is_fraud"

@@ -17,6 +17,8 @@ from monitoring.drift import compute_drift
 from monitoring.log_window import open_window
 from monitoring.window import WindowSpec, read_window
 
+pytestmark = pytest.mark.integration
+
 T0 = datetime(2026, 11, 30, 23, 50, tzinfo=UTC)  # the log crosses midnight: two day folders
 
 

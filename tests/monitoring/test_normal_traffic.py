@@ -19,6 +19,8 @@ from mlops.data.generator import Scenario
 from mlops.reference_profile import ReferenceProfile
 from monitoring.drift import CONFIDENT_SHARE, PROBABILITY, TOP_SCORE_SHARE, compute_drift
 
+pytestmark = pytest.mark.integration
+
 WINDOWS = {"1h": pd.Timedelta(hours=1), "6h": pd.Timedelta(hours=6), "1d": pd.Timedelta(days=1),
            "3d": pd.Timedelta(days=3)}
 SCORE_TESTS = (PROBABILITY, CONFIDENT_SHARE, TOP_SCORE_SHARE)

@@ -35,7 +35,7 @@ from monitoring.window import WindowSpec
 if TYPE_CHECKING:
     from served_traffic import LogWriter, Registrar, Traffic
 
-pytestmark = pytest.mark.skipif(not all(BINARIES.values()), reason=MISSING_REASON)
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(not all(BINARIES.values()), reason=MISSING_REASON)]
 # Panels whose metrics come from a service these tests do not start (the prediction service is
 # scraped in tests/e2e/test_closed_loop.py; GPU nodes and Kueue are not here).
 NO_DATA_EXPECTED = ("serving", "gpu")

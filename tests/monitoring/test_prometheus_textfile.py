@@ -25,9 +25,9 @@ if TYPE_CHECKING:
     from served_traffic import LogWriter, Registrar, Traffic
 
 NODE_EXPORTER = shutil.which("prometheus-node-exporter")
-pytestmark = pytest.mark.skipif(not (all(BINARIES.values()) and NODE_EXPORTER),
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(not (all(BINARIES.values()) and NODE_EXPORTER),
                                 reason="needs Debian's prometheus, prometheus-pushgateway, prometheus-node-exporter "
-                                "(.ci/system-packages.sh, run by make test, installs them as root)")
+                                "(.ci/system-packages.sh, run by make test, installs them as root)")]
 
 
 @pytest.fixture

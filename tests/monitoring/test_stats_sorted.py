@@ -4,12 +4,15 @@ ks_2samp and the profile's bin_counts exactly, ties and samples beyond either's 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as scipy_stats
 
 from mlops.reference_profile import bin_counts
 from monitoring.stats import KS_EXACT_MAX, binned_sorted, ks_p_sorted
+
+pytestmark = pytest.mark.unit
 
 
 @settings(max_examples=40, deadline=None)

@@ -17,6 +17,8 @@ from mlops.settings import Settings
 from native_stack import credentials, supervisor
 from native_stack.settings import StackSettings
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def stack_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:

@@ -35,6 +35,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyP
     return monkeypatch
 
 
+@pytest.mark.unit
 def test_profile_fills_what_the_environment_leaves_unset(clean_env: pytest.MonkeyPatch) -> None:
     assert Settings().online_store == "sqlite"
     clean_env.setenv("MLOPS_PROFILE", "stack")
@@ -50,6 +51,7 @@ def test_profile_fills_what_the_environment_leaves_unset(clean_env: pytest.Monke
                                      "serving": 18123, "prometheus": 9090}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("env", "message"), [
     ({"MLOPS_PROFILE": "nope"}, "unknown profile 'nope'; known: stack"),
     ({"MLOPS_ONLINE_STORE": "redis"}, "MLOPS_ONLINE_STORE=redis needs MLOPS_REDIS_URL"),
@@ -64,6 +66,7 @@ def test_bad_store_settings_are_refused_by_name(clean_env: pytest.MonkeyPatch, e
         Settings()
 
 
+@pytest.mark.integration
 def test_cli_reports_a_bad_profile_in_one_line_with_exit_code_2(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("MLOPS_PROFILE", "nope")
     result = subprocess.run([sys.executable, "-m", "native_stack", "status"], capture_output=True, text=True,
@@ -73,6 +76,7 @@ def test_cli_reports_a_bad_profile_in_one_line_with_exit_code_2(clean_env: pytes
     assert "unknown profile 'nope'" in result.stderr
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("url", "expected"), [
     ("redis://127.0.0.1:6380/2", "127.0.0.1:6380,db=2"),
     ("redis://localhost", "localhost:6379,db=0"),
@@ -83,6 +87,7 @@ def test_redis_url_becomes_feasts_connection_string(url: str, expected: str) -> 
     assert redis_connection_string(url) == expected
 
 
+@pytest.mark.unit
 def test_feast_online_store_follows_the_setting(clean_env: pytest.MonkeyPatch) -> None:
     assert open_store(Settings()).config.online_store.type == "sqlite"
     clean_env.setenv("MLOPS_ONLINE_STORE", "redis")
@@ -91,6 +96,7 @@ def test_feast_online_store_follows_the_setting(clean_env: pytest.MonkeyPatch) -
     assert (online.type, online.connection_string) == ("redis", "127.0.0.1:6390,db=3,password=secret")
 
 
+@pytest.mark.unit
 def test_prometheus_config_scrapes_the_stacks_ports(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("MLOPS_PROFILE", "stack")
     settings = StackSettings(stack_scrape_interval_s=1)
@@ -101,6 +107,7 @@ def test_prometheus_config_scrapes_the_stacks_ports(clean_env: pytest.MonkeyPatc
     assert all(Path(rules).is_file() for rules in config["rule_files"])
 
 
+@pytest.mark.integration
 def test_a_taken_port_stops_the_start_naming_the_service(clean_env: pytest.MonkeyPatch) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -113,6 +120,7 @@ def test_a_taken_port_stops_the_start_naming_the_service(clean_env: pytest.Monke
     assert not Stack(settings).records_path.exists()
 
 
+@pytest.mark.integration
 def test_down_stops_recorded_processes_and_never_a_reused_pid(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
     clean_env.setenv("MLOPS_PROFILE", "stack")
     settings = StackSettings()
@@ -132,6 +140,7 @@ def test_down_stops_recorded_processes_and_never_a_reused_pid(clean_env: pytest.
         stranger.wait(timeout=10)
 
 
+@pytest.mark.unit
 def test_a_tracking_server_gone_mid_run_is_one_line_and_exit_code_1(clean_env: pytest.MonkeyPatch) -> None:
     from pipelines.orchestration.runner import _failure
 

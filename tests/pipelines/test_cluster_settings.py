@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from infra.manifests import build_overlay, find_object
@@ -22,6 +23,8 @@ from pipelines.cluster import (
     TRAIN_QUEUE,
 )
 from pipelines.orchestration.kfp_pipeline import compile_pipeline
+
+pytestmark = pytest.mark.integration
 
 
 def _compiled(tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:

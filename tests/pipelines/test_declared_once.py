@@ -24,6 +24,8 @@ from pipelines.orchestration.records import IngestRecord
 from pipelines.orchestration.runner import run_log_path, run_pipeline
 from pipelines.settings import PipelineSettings
 
+pytestmark = pytest.mark.integration
+
 SEEN: list[str] = []  # the ingest run ids the no-op step was handed
 
 

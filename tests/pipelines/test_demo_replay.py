@@ -5,12 +5,15 @@ from __future__ import annotations
 import re
 
 import pandas as pd
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mlops.contract import load_contract
 from mlops.settings import BUNDLED_CONTRACT
 from pipelines.demo_replay import pick_samples, sample_quota, summary_line, with_outcomes
+
+pytestmark = pytest.mark.unit
 
 CONTRACT = load_contract(BUNDLED_CONTRACT)
 answers = st.lists(st.tuples(st.booleans(), st.booleans()), min_size=1, max_size=60)

@@ -20,6 +20,8 @@ from pipelines.orchestration.records import DeployRecord, EvaluateRecord
 from pipelines.orchestration.tasks import deploy_task
 from pipelines.settings import PipelineSettings
 
+pytestmark = pytest.mark.integration
+
 
 def _registered(settings: PipelineSettings) -> tuple[str, str]:
     graph = helper.make_graph([helper.make_node("Identity", ["x"], ["probability"])], "identity",

@@ -77,11 +77,13 @@ def argv(stage: dict[str, Any]) -> list[str]:
 
 # --- dvc.yaml against the declaration, the CLI, the repository and params.yaml (no DVC run) ---
 
+@pytest.mark.unit
 def test_committed_dvc_yaml_is_written_from_the_declaration() -> None:
     assert DVC_FILE.read_text() == dvc_yaml(), "run `make dvc-yaml` and commit dvc.yaml"
     assert dvc_stages.main(["--check"]) == 0
 
 
+@pytest.mark.unit
 def test_the_staleness_check_fails_on_a_hand_edited_dvc_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     edited = tmp_path / "dvc.yaml"
     edited.write_text(DVC_FILE.read_text().replace("- seed\n", "", 1))
@@ -89,6 +91,7 @@ def test_the_staleness_check_fails_on_a_hand_edited_dvc_yaml(tmp_path: Path, mon
     assert dvc_stages.main(["--check"]) == 1
 
 
+@pytest.mark.unit
 def test_every_stage_runs_an_existing_mlops_command_and_each_step_its_own() -> None:
     for name, stage in stages().items():
         words = argv(stage)
@@ -98,6 +101,7 @@ def test_every_stage_runs_an_existing_mlops_command_and_each_step_its_own() -> N
             assert "MLOPS_PARAMS_FILE=params.yaml" in stage["cmd"], f"stage {name} does not read params.yaml"
 
 
+@pytest.mark.unit
 def test_stage_deps_exist_and_params_are_settings_in_params_yaml() -> None:
     missing = sorted(dep for dep in repository_deps() if not (REPO_ROOT / dep).is_file())
     assert not missing, f"dvc.yaml deps missing from the repository: {missing}"
@@ -111,6 +115,7 @@ def test_stage_deps_exist_and_params_are_settings_in_params_yaml() -> None:
         assert out.startswith(".mlops/dvc/"), f"{out}: stage outputs live in .mlops/dvc/"
 
 
+@pytest.mark.unit
 def test_params_yaml_holds_only_setting_defaults_that_a_stage_lists() -> None:
     values = params()
     used = {param for stage in stages().values() for param in stage.get("params", [])}
@@ -123,6 +128,7 @@ def test_params_yaml_holds_only_setting_defaults_that_a_stage_lists() -> None:
 
 # --- the step commands' own refusals and the deploy rule (no MLflow needed) ---
 
+@pytest.mark.unit
 def test_a_step_without_its_input_record_exits_2_naming_the_file(tmp_path: Path) -> None:
     missing = tmp_path / "records" / "ingest.json"
     result = runner.invoke(app, ["step", "validate", "--snapshot", str(tmp_path / "s.parquet"),
@@ -132,6 +138,7 @@ def test_a_step_without_its_input_record_exits_2_naming_the_file(tmp_path: Path)
     assert "Traceback" not in result.output
 
 
+@pytest.mark.unit
 def test_deploy_leaves_the_alias_alone_when_evaluate_rejected(tmp_path: Path) -> None:
     evaluated, deployed = tmp_path / "evaluate.json", tmp_path / "deploy.json"
     write_record(evaluated, EvaluateRecord(run_id="r1", version="3", decision="reject",

@@ -11,6 +11,8 @@ from pipelines.steps.deploy import MAX_VERSION_TAGS, promotion_tags
 from pipelines.steps.evaluate import EvaluationReport, Metrics, apply_gates, compute_metrics
 from pipelines.steps.promotion import PromotionEvidence
 
+pytestmark = pytest.mark.unit
+
 # 3 positives, 5 negatives. At threshold 0.5 the predictions are
 #   TP: 0.9, 0.6   FN: 0.3   FP: 0.7, 0.55   TN: 0.2, 0.1, 0.05
 LABELS = np.array([1, 1, 1, 0, 0, 0, 0, 0])

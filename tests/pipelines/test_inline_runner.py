@@ -18,6 +18,8 @@ from pipelines.orchestration.progress import StepReport
 from pipelines.orchestration.runner import run_log_path, run_pipeline
 from pipelines.settings import PipelineSettings
 
+pytestmark = pytest.mark.integration
+
 
 def test_a_failed_step_stops_the_inline_run_names_the_step_and_registers_nothing(
         mlflow_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

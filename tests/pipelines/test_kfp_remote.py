@@ -95,6 +95,7 @@ def _train_platform_settings(pipeline_spec: dict[str, Any]) -> dict[str, Any]:
     return executors
 
 
+@pytest.mark.integration
 def test_schedule_sends_a_weekly_recurring_run_of_the_compiled_pipeline(kfp_api: tuple[str, Recorded]) -> None:
     host, recorded = kfp_api
     result = schedule(host, "s3://mlops-data/transactions/", cron="0 3 * * 1", experiment="fraud-detection",
@@ -113,6 +114,7 @@ def test_schedule_sends_a_weekly_recurring_run_of_the_compiled_pipeline(kfp_api:
     assert "exec-train" in _train_platform_settings(run.pipeline_spec)
 
 
+@pytest.mark.integration
 def test_schedule_with_a_window_trains_each_run_on_the_weeks_before_it(kfp_api: tuple[str, Recorded]) -> None:
     host, recorded = kfp_api
     schedule(host, "s3://mlops-data/transactions/", cron="0 3 * * 1", experiment="fraud-detection",
@@ -123,6 +125,7 @@ def test_schedule_with_a_window_trains_each_run_on_the_weeks_before_it(kfp_api: 
     assert {"since", "until", "last_weeks"} <= set(inputs)
 
 
+@pytest.mark.integration
 def test_submit_sends_one_run(kfp_api: tuple[str, Recorded]) -> None:
     host, recorded = kfp_api
     result = submit(host, "s3://mlops-data/transactions/", experiment="fraud-detection", run_name="adhoc")
@@ -132,17 +135,20 @@ def test_submit_sends_one_run(kfp_api: tuple[str, Recorded]) -> None:
     assert run.runtime_config.parameters["source"] == "s3://mlops-data/transactions/"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("cron", "expected"), [("0 3 * * 1", "0 0 3 * * 1"), ("30 0 3 * * MON", "30 0 3 * * MON")])
 def test_cron_expressions_become_kfps_six_fields(cron: str, expected: str) -> None:
     assert kfp_cron(cron) == expected
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("cron", ["weekly", "0 3 * *", "0 3 * * 1 2 3", "0 3 * * $(reboot)"])
 def test_a_bad_cron_is_refused_before_any_request(cron: str) -> None:
     with pytest.raises(InputError, match="invalid cron expression"):
         schedule("http://127.0.0.1:9", "s3://x/", cron=cron, experiment="e", name="n")
 
 
+@pytest.mark.unit
 def test_an_unreachable_endpoint_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     with pytest.raises(ClusterError, match=r"^cannot reach Kubeflow Pipelines at http://127.0.0.1:9: "):
@@ -152,6 +158,7 @@ def test_an_unreachable_endpoint_is_one_clear_error(tmp_path: Path, monkeypatch:
 runner = CliRunner()
 
 
+@pytest.mark.integration
 def test_cli_schedule_prints_the_recurring_run(kfp_api: tuple[str, Recorded]) -> None:
     host, _recorded = kfp_api
     result = runner.invoke(app, ["pipeline", "schedule", "s3://mlops-data/transactions/", "--host", host])
@@ -159,6 +166,7 @@ def test_cli_schedule_prints_the_recurring_run(kfp_api: tuple[str, Recorded]) ->
     assert "scheduled weekly-retraining (rr-1) in experiment exp-1" in result.output
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("args", "message"), [
     (["pipeline", "schedule", "s3://x/", "--host", "http://127.0.0.1:9", "--cron", "weekly"], "invalid cron"),
     (["pipeline", "submit", "s3://x/"], "no Kubeflow Pipelines endpoint: pass --host or set MLOPS_KFP_HOST"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from mlflow.entities import Param, Run, RunData, RunInfo, RunTag
 
 from mlops.calibration import CalibrationReport
@@ -11,6 +12,8 @@ from pipelines.model_card import render_model_card
 from pipelines.steps.evaluate import EvaluationReport, Metrics
 from pipelines.steps.promotion import PromotionEvidence
 from pipelines.steps.quality import BehaviourReport, DirectionalResult, SliceMetrics
+
+pytestmark = pytest.mark.unit
 
 SNAPSHOT = "ab12" * 16
 RUN = Run(RunInfo(run_id="r" * 32, experiment_id="4", user_id="me", status="RUNNING", start_time=0, end_time=None,

@@ -6,9 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from pipelines.orchestration.kfp_pipeline import COMPILED_PIPELINE, compile_pipeline
+
+pytestmark = pytest.mark.unit
 
 STEPS = {"ingest", "validate", "preprocess", "train", "export", "evaluate", "deploy"}
 

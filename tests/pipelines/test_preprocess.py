@@ -17,6 +17,8 @@ from mlops.data.generator import generate_transactions
 from mlops.settings import Settings
 from pipelines.steps.preprocess import SPLITS, SplitSummary, preprocess, split_file, time_split
 
+pytestmark = pytest.mark.unit
+
 TS = "event_timestamp"
 ID = "transaction_id"
 

@@ -15,6 +15,8 @@ from kfp import dsl, local
 from pipelines.orchestration.progress import RunOutput, StepReport, captured_run_output, key_figure
 from pipelines.orchestration.records import DeployRecord, EvaluateRecord
 
+pytestmark = pytest.mark.integration
+
 GREEN, CYAN, RESET = "\x1b[92m", "\x1b[96m", "\x1b[0m"
 
 

@@ -20,6 +20,8 @@ from mlops.data.generator import generate_transactions
 from pipelines.steps.promotion import PromotionRule, decide, f1_from_counts, paired_f1_gain_interval
 from pipelines.training.trainer import best_f1_threshold
 
+pytestmark = pytest.mark.unit
+
 RULE = PromotionRule(margin=0.02)
 ALL_FIELDS = ("channel", "country", "merchant_category")
 

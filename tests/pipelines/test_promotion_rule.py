@@ -13,6 +13,8 @@ from sklearn.metrics import f1_score
 
 from pipelines.steps.promotion import PromotionRule, decide, f1_from_counts
 
+pytestmark = pytest.mark.unit
+
 # 100 rows, 20 of them positive: a resample without a positive has probability 0.8**100.
 LABELS = np.array([1] * 20 + [0] * 80)
 FLAG_POSITIVES = np.where(LABELS == 1, 0.5, 0.1)  # exactly at a 0.5 threshold on every positive

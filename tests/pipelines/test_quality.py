@@ -23,6 +23,8 @@ from pipelines.steps.quality import (
 from pipelines.training.export import export_and_check
 from pipelines.training.trainer import TrainParams, train_model
 
+pytestmark = pytest.mark.unit
+
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 GATES = QualityGates(slice_f1_tolerance=0.1, slice_min_positives=1)
 

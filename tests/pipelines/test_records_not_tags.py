@@ -20,6 +20,8 @@ from pipelines.orchestration.run_records import RunRecords
 from pipelines.orchestration.runner import read_outcome, run_pipeline
 from pipelines.settings import PipelineSettings
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[2]
 # Modules that decide: the steps, the runners, the training, the registry, serving and monitoring.
 DECIDING = ("pipelines/orchestration", "pipelines/steps", "pipelines/training", "platform/mlops", "serving",

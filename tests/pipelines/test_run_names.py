@@ -25,6 +25,8 @@ from pipelines.settings import PipelineSettings
 from pipelines.steps.deploy import MAX_VERSION_TAGS
 from pipelines.steps.evaluate import EvaluationReport
 
+pytestmark = pytest.mark.integration
+
 
 def test_an_inline_run_is_named_after_its_outcome_and_holds_the_decision_and_test_metrics(
         mlflow_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

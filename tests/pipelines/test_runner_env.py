@@ -13,6 +13,8 @@ from pipelines.orchestration.environment import environment, record_env, setting
 from pipelines.settings import PipelineSettings
 from serving.settings import ServingSettings
 
+pytestmark = pytest.mark.unit
+
 
 def test_settings_survive_the_environment_round_trip_secrets_included(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:

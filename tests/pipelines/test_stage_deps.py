@@ -23,6 +23,8 @@ from pipelines.orchestration.dvc_stages import artifact_path, record_path, stage
 from pipelines.orchestration.stage_deps import REPO, code_deps, params
 from pipelines.training.trainer import TrainParams
 
+pytestmark = pytest.mark.integration
+
 TRAIN = step_named("train")
 VENV_BIN = Path(sys.executable).parent
 # Where the training runs, not what it computes: not a stage param.

@@ -18,6 +18,8 @@ from mlops_cli.app import app
 from pipelines.orchestration.runner import read_outcome, run_pipeline
 from pipelines.settings import PipelineSettings
 
+pytestmark = pytest.mark.integration
+
 
 def test_same_data_and_shuffled_label_candidates_never_leave_staging(
         mlflow_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

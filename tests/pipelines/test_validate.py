@@ -25,6 +25,8 @@ from pipelines.steps.validate import (
     validate_snapshot,
 )
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module")
 def clean() -> pd.DataFrame:

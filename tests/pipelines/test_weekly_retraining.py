@@ -28,6 +28,8 @@ from pipelines.orchestration.runner import run_pipeline
 from pipelines.orchestration.tasks import ingest_task
 from pipelines.settings import PipelineSettings
 
+pytestmark = pytest.mark.integration
+
 SYSTEMD_DIR = REPO_ROOT / "infra" / "systemd"
 runner = CliRunner()
 

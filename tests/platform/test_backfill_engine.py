@@ -24,6 +24,8 @@ from mlops.features import History
 from mlops.inference import OnnxModel
 from mlops.settings import Settings
 
+pytestmark = pytest.mark.unit
+
 
 class ReplayEngine(FeatureEngine):
     """A toy third engine: the backfill by replaying rows through in-memory histories (pandas and

@@ -15,6 +15,8 @@ from mlops.contract import DataContract, Decisions, FeatureSpec, FeatureViewSpec
 from mlops.errors import ConfigError
 from mlops.settings import BUNDLED_CONTRACT
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module")
 def raw() -> dict[str, Any]:

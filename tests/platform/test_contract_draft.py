@@ -17,6 +17,8 @@ from mlops.data.generator import generate_transactions, write_transactions
 from mlops.errors import InputError
 from mlops.settings import BUNDLED_CONTRACT
 
+pytestmark = pytest.mark.unit
+
 
 def own_schema(rows: int = 3000, seed: int = 0) -> pd.DataFrame:
     """A user's data that is not the project's: integer ids, upper-case names, no categorical column."""

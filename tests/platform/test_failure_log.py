@@ -11,6 +11,8 @@ import pytest
 from mlops.errors import UnreadableLogError
 from mlops.failure_log import FailureLog, FailureRecord, describe, read_failures
 
+pytestmark = pytest.mark.unit
+
 START = datetime(2026, 3, 1, 23, 59, 58, tzinfo=UTC)
 
 

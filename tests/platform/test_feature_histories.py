@@ -26,6 +26,8 @@ from mlops.features import (
 )
 from mlops.settings import BUNDLED_CONTRACT
 
+pytestmark = pytest.mark.unit
+
 BASE = datetime(2026, 3, 2, 22, 0, tzinfo=UTC)
 HOUR = 3_600_000_000
 # The card's variety of terminals and whether it met this one, read from the integer TERMINAL_ID.

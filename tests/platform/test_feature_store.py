@@ -21,6 +21,8 @@ from mlops.features import compute_features
 from mlops.online_features import OnlineEvent, OnlineFeatures
 from mlops.settings import Settings
 
+pytestmark = pytest.mark.unit
+
 TS = "event_timestamp"
 
 

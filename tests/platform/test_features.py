@@ -41,6 +41,8 @@ from mlops.features import (
 from mlops.online_features import OnlineEvent, OnlineFeatures
 from mlops.settings import Settings
 
+pytestmark = pytest.mark.unit
+
 BASE = datetime(2026, 3, 2, 22, 0, tzinfo=UTC)
 DUCKDB = DuckDBEngine(Settings())
 TS = "event_timestamp"

@@ -24,6 +24,8 @@ from mlops.data.generator import (
     write_transactions,
 )
 
+pytestmark = pytest.mark.unit
+
 N = 20_000
 SEED = 3
 

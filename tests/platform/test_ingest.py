@@ -24,6 +24,8 @@ from mlops.data.generator import generate_transactions
 from mlops.data.ingest import Snapshot, ingest
 from mlops.errors import IngestError, InputError
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module")
 def frame() -> pd.DataFrame:

@@ -15,6 +15,8 @@ from mlops.contract import DataContract
 from mlops.data.ingest import ingest
 from mlops.errors import IngestError
 
+pytestmark = pytest.mark.unit
+
 HEADER = "transaction_id,customer_id,merchant_id,event_timestamp,amount,merchant_category,channel,country,is_fraud"
 
 

@@ -43,6 +43,7 @@ def _whole_file_read(source: Path, tmp_path: Path, contract: DataContract, monke
         return pd.read_parquet(ingest(str(source), tmp_path / "one-chunk", contract).path)
 
 
+@pytest.mark.unit
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=st.integers(1, 60), fmt=st.sampled_from(["csv", "parquet", "csv.gz"]), whole_from=st.integers(0, 60))
 def test_a_snapshot_in_chunks_equals_the_whole_file_read_at_once(
@@ -68,6 +69,7 @@ def test_a_snapshot_in_chunks_equals_the_whole_file_read_at_once(
     assert pq.ParquetFile(snapshot.path).metadata.num_row_groups == -(-rows // CHUNK)
 
 
+@pytest.mark.unit
 @pytest.mark.usefixtures("small_chunks")
 def test_a_column_whose_type_changes_between_chunks_takes_the_wider_type(
     tmp_path: Path, frame: pd.DataFrame, contract: DataContract
@@ -85,6 +87,7 @@ def test_a_column_whose_type_changes_between_chunks_takes_the_wider_type(
     assert stored["merchant_id"].tolist() == data["merchant_id"].tolist()  # text as written, "007" stays "007"
 
 
+@pytest.mark.unit
 @pytest.mark.usefixtures("small_chunks")
 def test_a_label_spelling_the_contract_does_not_list_keeps_every_chunk_as_written(
     tmp_path: Path, frame: pd.DataFrame, contract: DataContract
@@ -96,6 +99,7 @@ def test_a_label_spelling_the_contract_does_not_list_keeps_every_chunk_as_writte
     assert stored["is_fraud"].tolist() == data["is_fraud"].tolist()  # validation's int type check names it
 
 
+@pytest.mark.unit
 @pytest.mark.usefixtures("small_chunks")
 def test_times_mixing_offsets_in_different_chunks_are_refused_with_whole_file_counts(
     tmp_path: Path, frame: pd.DataFrame, contract: DataContract
@@ -111,6 +115,7 @@ def test_times_mixing_offsets_in_different_chunks_are_refused_with_whole_file_co
     assert not list((tmp_path / "snapshots").glob("*/meta.json"))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("rename", "message"),
     [({"amount": "amt"}, "lacks the column amount (found 'amt': rename it) of contract 'card-transactions'"),
@@ -130,6 +135,7 @@ def test_a_missing_contract_column_stops_ingest_naming_it(
     assert not (tmp_path / "snapshots").exists()  # nothing is written for a source that breaks the contract
 
 
+@pytest.mark.unit
 def test_a_dropped_column_is_named_without_a_lookalike(tmp_path: Path, frame: pd.DataFrame,
                                                         contract: DataContract) -> None:
     source = tmp_path / "tx.csv"
@@ -139,6 +145,7 @@ def test_a_dropped_column_is_named_without_a_lookalike(tmp_path: Path, frame: pd
     assert f"{source} lacks the column amount of contract 'card-transactions'; its columns are" in info.value.message
 
 
+@pytest.mark.integration
 def test_the_ingest_command_names_the_missing_column_in_one_line_and_exits_2(
     tmp_path: Path, frame: pd.DataFrame
 ) -> None:
@@ -154,6 +161,7 @@ def test_the_ingest_command_names_the_missing_column_in_one_line_and_exits_2(
     assert "lacks the column amount" in lines[0]
 
 
+@pytest.mark.unit
 def test_the_pipeline_stops_at_the_header_check_before_any_step(
     tmp_path: Path, frame: pd.DataFrame, monkeypatch: pytest.MonkeyPatch
 ) -> None:

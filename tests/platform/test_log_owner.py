@@ -25,6 +25,7 @@ def _settings(home: Path, tracking_uri: str | None = None) -> Settings:
     return Settings(home=home, tracking_uri=tracking_uri)
 
 
+@pytest.mark.unit
 def test_the_homes_own_store_is_one_store_however_the_home_is_reached(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
@@ -45,6 +46,7 @@ def test_the_homes_own_store_is_one_store_however_the_home_is_reached(tmp_path: 
     assert store_identity(_settings(home, f"sqlite:///{tmp_path}/other/mlflow.db")).startswith("sqlite:///")
 
 
+@pytest.mark.unit
 def test_another_store_on_a_claimed_home_is_refused_by_readers_and_writers(tmp_path: Path) -> None:
     home = tmp_path / "home"
     embedded = _settings(home)
@@ -66,6 +68,7 @@ def test_another_store_on_a_claimed_home_is_refused_by_readers_and_writers(tmp_p
     assert sorted(p.name for p in (home / "predictions").iterdir()) == [CLAIM_FILE]  # nothing left beside it
 
 
+@pytest.mark.unit
 def test_an_unclaimed_log_is_read_by_any_store_and_claimed_by_the_first_service(tmp_path: Path) -> None:
     home = tmp_path / "home"
     server = _settings(home, SERVER)
@@ -75,6 +78,7 @@ def test_an_unclaimed_log_is_read_by_any_store_and_claimed_by_the_first_service(
         log_dir(_settings(home))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("content", ["{not json", '{"store": ""}', "[1, 2]"])
 def test_a_damaged_claim_fails_closed_naming_the_file(tmp_path: Path, content: str) -> None:
     directory = tmp_path / "home" / "predictions"
@@ -93,6 +97,7 @@ def _claim(home: str, tracking_uri: str | None, start: object, results: object) 
         results.put((tracking_uri, None))  # type: ignore[attr-defined]
 
 
+@pytest.mark.integration  # forks 8 processes
 @pytest.mark.parametrize("round_", range(3))
 def test_replicas_of_two_stores_starting_at_once_leave_exactly_one_owner(tmp_path: Path, round_: int) -> None:
     home = tmp_path / f"home-{round_}"
@@ -115,6 +120,7 @@ def test_replicas_of_two_stores_starting_at_once_leave_exactly_one_owner(tmp_pat
     assert json.loads((home / "predictions" / CLAIM_FILE).read_text()) == {"store": owner}
 
 
+@pytest.mark.integration
 def test_the_cli_refuses_another_stores_log_in_one_line_with_exit_code_2(tmp_path: Path) -> None:
     home = tmp_path / "home"
     claim_log(_settings(home), home / "predictions")

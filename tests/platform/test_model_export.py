@@ -57,11 +57,13 @@ def onnx_path(
     return export_onnx(model, contract, vocabs, out, threshold=THRESHOLD, metadata={"git_commit": "abc123"})
 
 
+@pytest.mark.unit
 def test_vocabularies_come_from_the_contract(contract: DataContract, vocabs: dict[str, list[str]]) -> None:
     assert list(vocabs) == list(contract.model_inputs.categorical)
     assert vocabs["channel"] == list(contract.column("channel").categories or ())
 
 
+@pytest.mark.unit
 def test_encode_maps_unknown_categories_to_index_zero(
     frame: pd.DataFrame, contract: DataContract, vocabs: dict[str, list[str]]
 ) -> None:
@@ -75,6 +77,7 @@ def test_encode_maps_unknown_categories_to_index_zero(
     assert categorical[:, country].tolist() == [UNKNOWN_INDEX, 1]
 
 
+@pytest.mark.unit
 def test_scaler_floors_std_and_forward_is_sigmoid_of_logits(
     contract: DataContract, vocabs: dict[str, list[str]]
 ) -> None:
@@ -86,6 +89,7 @@ def test_scaler_floors_std_and_forward_is_sigmoid_of_logits(
     assert torch.allclose(net(x, c), torch.sigmoid(net.logits(x, c)))
 
 
+@pytest.mark.unit
 def test_export_matches_torch_within_tolerance(
     model: TabularMLP, onnx_path: Path, frame: pd.DataFrame, contract: DataContract,
     vocabs: dict[str, list[str]],
@@ -93,6 +97,7 @@ def test_export_matches_torch_within_tolerance(
     assert check_parity(model, onnx_path, frame, contract, vocabs, tolerance=1e-5) <= 1e-5
 
 
+@pytest.mark.unit
 def test_graph_takes_raw_fields_with_dynamic_batch(onnx_path: Path, contract: DataContract) -> None:
     graph = onnx.load(str(onnx_path)).graph
     categorical = list(contract.model_inputs.categorical)
@@ -108,6 +113,7 @@ def test_graph_takes_raw_fields_with_dynamic_batch(onnx_path: Path, contract: Da
     assert [d.dim_param for d in output.type.tensor_type.shape.dim] == ["batch"]
 
 
+@pytest.mark.unit
 def test_scores_any_batch_size_the_same(onnx_path: Path, frame: pd.DataFrame) -> None:
     scorer = OnnxModel(onnx_path)
     full = scorer.predict_proba(frame.head(37))
@@ -118,6 +124,7 @@ def test_scores_any_batch_size_the_same(onnx_path: Path, frame: pd.DataFrame) ->
     np.testing.assert_allclose(scorer.predict_proba(frame.head(37).iloc[::-1]), full[::-1], atol=1e-6)
 
 
+@pytest.mark.unit
 def test_unknown_category_scores_as_unknown(
     model: TabularMLP, onnx_path: Path, frame: pd.DataFrame, contract: DataContract,
     vocabs: dict[str, list[str]],
@@ -130,6 +137,7 @@ def test_unknown_category_scores_as_unknown(
     np.testing.assert_allclose(scores, expected, atol=1e-6, equal_nan=False)
 
 
+@pytest.mark.unit
 def test_onnx_metadata_carries_threshold_contract_commit_and_inputs(onnx_path: Path, contract: DataContract) -> None:
     scorer = OnnxModel(onnx_path)
     assert scorer.threshold == THRESHOLD
@@ -139,6 +147,7 @@ def test_onnx_metadata_carries_threshold_contract_commit_and_inputs(onnx_path: P
     assert scorer.providers[-1] == "CPUExecutionProvider"
 
 
+@pytest.mark.unit
 def test_scores_plain_dict_records_like_a_frame(onnx_path: Path, frame: pd.DataFrame) -> None:
     scorer = OnnxModel(onnx_path)
     rows = frame.head(4)
@@ -151,12 +160,14 @@ def test_scores_plain_dict_records_like_a_frame(onnx_path: Path, frame: pd.DataF
     assert feed["country"].shape == (4, 1)
 
 
+@pytest.mark.unit
 def test_missing_field_is_an_input_error(onnx_path: Path, frame: pd.DataFrame) -> None:
     with pytest.raises(InputError, match="amount") as info:
         OnnxModel(onnx_path).predict_proba(frame.drop(columns=["amount"]).head(2))
     assert info.value.field == "amount"
 
 
+@pytest.mark.unit
 def test_tampered_graph_fails_parity(
     model: TabularMLP, onnx_path: Path, frame: pd.DataFrame, contract: DataContract,
     vocabs: dict[str, list[str]], tmp_path: Path,
@@ -170,6 +181,7 @@ def test_tampered_graph_fails_parity(
         check_parity(model, path, frame, contract, vocabs, tolerance=1e-5)
 
 
+@pytest.mark.integration
 def test_inference_module_never_imports_torch() -> None:
     code = "import mlops.inference, sys; assert 'torch' not in sys.modules, 'torch was imported'"
     proc = subprocess.run(

@@ -22,6 +22,8 @@ from mlops.onnx_export import check_parity, export_onnx
 from mlops.settings import Settings
 from serving.schemas import build_request_model, build_response_model
 
+pytestmark = pytest.mark.unit
+
 TERMINALS = CONTRACTS_DIR / "terminals.yaml"
 
 

@@ -14,6 +14,8 @@ from mlops.settings import PARAMS_FILE_VARIABLE
 from mlops_cli.app import app
 from pipelines.settings import PipelineSettings
 
+pytestmark = pytest.mark.unit
+
 runner = CliRunner()
 
 

@@ -18,6 +18,8 @@ from mlops.prediction_log import (
     read_predictions,
 )
 
+pytestmark = pytest.mark.unit
+
 START = datetime(2026, 3, 1, 23, 59, 58, tzinfo=UTC)
 
 

@@ -10,6 +10,8 @@ import pytest
 from mlops.errors import IngestError, PipelineError
 from mlops.preflight import check_source, check_tracking_server
 
+pytestmark = pytest.mark.unit
+
 
 def _closed_port() -> int:
     with socket.socket() as probe:

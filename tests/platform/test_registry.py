@@ -17,6 +17,8 @@ from mlops.errors import InputError, ModelNotReadyError, NotFoundError, Promotio
 from mlops.registry_records import VersionDecision, revise_decision
 from mlops.settings import Settings
 
+pytestmark = pytest.mark.unit
+
 
 def _decided(decision: str) -> VersionDecision:
     return VersionDecision(decision=decision, reason="test", candidate_f1=0.5, candidate_pr_auc=0.6)

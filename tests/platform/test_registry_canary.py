@@ -16,6 +16,8 @@ from mlops.registry_client import activate
 from mlops.registry_records import VersionDecision
 from mlops.settings import Settings
 
+pytestmark = pytest.mark.unit
+
 
 def _two_versions(settings: Settings) -> tuple[str, str]:
     uri, run_id = logged_model(settings)

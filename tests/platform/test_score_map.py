@@ -16,6 +16,10 @@ from mlops.score_map import MIN_CLASS_ROWS, fit_score_map
 if TYPE_CHECKING:
     from conftest import Splits
 
+import pytest
+
+pytestmark = pytest.mark.unit
+
 
 @settings(max_examples=30, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.floats(0.2, 3.0))

@@ -17,6 +17,8 @@ from native_stack.settings import StackSettings
 from pipelines.settings import PipelineSettings
 from serving.settings import ServingSettings
 
+pytestmark = pytest.mark.unit
+
 DEPLOYABLES: tuple[type[Settings], ...] = (PipelineSettings, ServingSettings, MonitoringSettings, StackSettings,
                                           GateSettings)
 EVERY_CLASS: tuple[type[Settings], ...] = (Settings, *DEPLOYABLES)

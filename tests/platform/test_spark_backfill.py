@@ -35,6 +35,8 @@ from mlops.settings import Settings
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+pytestmark = pytest.mark.integration
+
 BASE = datetime(2026, 3, 1, 22, 0, tzinfo=UTC)
 DUCKDB = DuckDBEngine(Settings())
 _MICRO = timedelta(microseconds=1)

@@ -27,6 +27,8 @@ from mlops.online_features import OnlineEvent, OnlineFeatures
 from mlops.settings import Settings
 from mlops.sqlite_online import OnlineRow, SqliteOnlineRows, decode_string_value, encode_value, entity_key_bytes
 
+pytestmark = pytest.mark.unit
+
 MOMENT = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 
 

@@ -15,6 +15,8 @@ from mlops.errors import IngestError, InputError, RunLockedError
 from mlops.run_lock import exclusive_pipeline_run, lock_path
 from mlops.settings import Settings
 
+pytestmark = pytest.mark.unit
+
 NOW = datetime(2026, 3, 30, 3, 0, tzinfo=UTC)
 
 

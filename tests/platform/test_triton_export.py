@@ -20,6 +20,8 @@ from mlops.settings import Settings
 from mlops.triton_export import write_repository
 from mlops_cli.app import app
 
+pytestmark = pytest.mark.unit
+
 runner = CliRunner()
 _TYPES = {TensorProto.FLOAT: "TYPE_FP32", TensorProto.STRING: "TYPE_STRING", TensorProto.INT64: "TYPE_INT64"}
 

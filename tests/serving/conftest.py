@@ -10,9 +10,11 @@ from served_platform import ServedPlatform, built_platform, platform_copy, sampl
 
 
 @pytest.fixture(scope="session")
-def built(tmp_path_factory: pytest.TempPathFactory) -> ServedPlatform:
-    """The trained, exported, registered and promoted platform (about a minute): built once."""
-    return built_platform(tmp_path_factory)
+def built(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> ServedPlatform:
+    """The trained, exported, registered and promoted platform (about a minute): built once per run,
+    shared by the xdist workers (each reads it, none writes it)."""
+    shared = None if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    return built_platform(tmp_path_factory, shared)
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,8 @@
 
 No mocks: building it generates transactions, publishes and materializes features, trains a
 small model, exports it, logs, registers and promotes it (about a minute on two cores). That is
-done once per session (tests/serving/conftest.py); each module gets a copy of the built home, so
+done once per run, whatever the number of xdist workers (tests/serving/conftest.py); each module
+gets a copy of the built home, so
 what one module's tests record, register or promote never reaches another's. The copies' registry
 and feature definitions still name the built home's files (model artifacts, the offline source),
 which every module only reads.
@@ -20,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from filelock import FileLock
 
 from feature_repo.store import materialize_online, publish_features
 from mlops import feature_store, registry
@@ -89,10 +91,30 @@ def _home_in_env(home: Path) -> Iterator[None]:
         yield
 
 
-def built_platform(tmp_path_factory: pytest.TempPathFactory) -> ServedPlatform:
-    """A home with a promoted model and a materialized online store, the original the modules copy."""
-    with _home_in_env(tmp_path_factory.mktemp("served-built")):
-        return build_platform(ServingSettings())
+def built_platform(tmp_path_factory: pytest.TempPathFactory, shared_root: Path | None = None) -> ServedPlatform:
+    """A home with a promoted model and a materialized online store, the original the modules copy.
+
+    With ``shared_root`` (the run's temporary folder that every pytest-xdist worker shares) it is
+    built once per run, not once per worker: the first worker to take the lock builds it there and
+    records what it registered; the others wait for the lock and read the record.
+    """
+    if shared_root is None:
+        with _home_in_env(tmp_path_factory.mktemp("served-built")):
+            return build_platform(ServingSettings())
+    home, record = shared_root / "served-built", shared_root / "served-built.json"
+    with FileLock(f"{record}.lock"):
+        if not record.exists():
+            home.mkdir()
+            with _home_in_env(home):
+                built = build_platform(ServingSettings())
+            record.write_text(json.dumps({"onnx_path": str(built.onnx_path), "version": built.version,
+                                          "model_uri": built.model_uri, "run_id": built.run_id}))
+            return built
+    recorded = json.loads(record.read_text())
+    with _home_in_env(home):
+        settings = ServingSettings()
+    return ServedPlatform(settings, load_contract(settings.contract_path), generate_transactions(N_ROWS, seed=SEED),
+                          Path(recorded["onnx_path"]), recorded["version"], recorded["model_uri"], recorded["run_id"])
 
 
 def platform_copy(built: ServedPlatform, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedPlatform]:

@@ -33,6 +33,8 @@ from serving.app import create_app
 from serving.predictor import prediction_record
 from serving.settings import ServingSettings
 
+pytestmark = pytest.mark.integration
+
 UNKNOWN_CUSTOMER = "C-never-seen"
 
 

@@ -18,6 +18,8 @@ from mlops.settings import BUNDLED_CONTRACT
 from mlops_cli.app import app
 from serving.app import create_app
 
+pytestmark = pytest.mark.integration
+
 SAMPLE_ROWS = 1000
 
 

@@ -8,6 +8,8 @@ import pytest
 
 from serving.batching import TurnBatcher
 
+pytestmark = pytest.mark.unit
+
 
 class Recorder:
     """A process function that records each batch and answers a job with its double (or its error)."""

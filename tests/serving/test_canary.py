@@ -24,6 +24,8 @@ from mlops.prediction_frame import read_prediction_frame
 from mlops.prediction_log import PAIRED_ROLE, log_dir
 from monitoring.labels import join_labels, quality
 
+pytestmark = pytest.mark.integration
+
 CUSTOMERS = 2_000
 REQUESTS = 4_000  # each customer twice (the acceptance run, 10,000 over the same customers: 9.4 % canary)
 BATCH = 200

@@ -28,6 +28,8 @@ from mlops.prediction_log import log_dir
 from mlops.registry_client import activate
 from pipelines.training.export import ExportResult, log_model_to_mlflow
 
+pytestmark = pytest.mark.integration
+
 CUSTOMERS = 400
 REQUESTS = 2_000
 BATCH = 100

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import pytest
 from fastapi import Request, Response
 from fastapi.testclient import TestClient
 
@@ -16,6 +17,8 @@ from serving.body import json_response
 from serving.errors import install_error_handlers
 from serving.front import ServiceApp
 from serving.metrics import ServiceMetrics
+
+pytestmark = pytest.mark.integration
 
 
 def _app() -> tuple[ServiceApp, ServiceMetrics]:

@@ -26,15 +26,18 @@ def _imported_roots(path: Path) -> set[str]:
     return roots
 
 
+@pytest.mark.unit
 def test_serving_sources_exist() -> None:
     assert {p.name for p in SERVING.glob("*.py")} >= {"app.py", "schemas.py", "main.py"}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("path", sorted(SERVING.rglob("*.py")), ids=lambda p: p.name)
 def test_no_forbidden_imports(path: Path) -> None:
     assert _imported_roots(path) & FORBIDDEN == set()
 
 
+@pytest.mark.integration
 def test_importing_the_service_has_no_side_effects(tmp_path: Path) -> None:
     """In a fresh interpreter: no heavy or sibling stack loaded, no state folder or file created."""
     home = tmp_path / "home"
@@ -53,6 +56,7 @@ def test_importing_the_service_has_no_side_effects(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.integration
 def test_the_running_service_needs_none_of_the_training_stack(tmp_path: Path) -> None:
     """Started with torch, great_expectations and evidently unimportable (as in the serving image),
     the service starts, opens its feature store, answers, and has loaded none of them; with the

@@ -12,6 +12,8 @@ from mlops.log_owner import registry_identity
 from mlops.registry import ServedModel
 from serving.model_cache import ModelCache
 
+pytestmark = pytest.mark.unit
+
 URI = "http://mlflow:s3cret@127.0.0.1:5000"
 
 

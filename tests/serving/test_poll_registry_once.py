@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from mlflow_writes import MlflowGlobalWrites
 from served_platform import ServedPlatform
 
 from mlops import registry
 from serving.lifecycle import ModelManager
 from serving.metrics import ServiceMetrics
+
+pytestmark = pytest.mark.integration
 
 POLLS = 100
 

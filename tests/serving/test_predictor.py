@@ -31,6 +31,8 @@ from serving.metrics import ServiceMetrics
 from serving.predictor import Predictor, prediction_record
 from serving.schemas import build_request_model
 
+pytestmark = pytest.mark.unit
+
 THRESHOLD = 0.5  # exact in float32, the graph's output type
 SKEW = timedelta(seconds=30)
 WHEN = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)

@@ -27,6 +27,8 @@ from pipelines.demo import free_port, replay_start, start_service, wait_ready
 from pipelines.settings import PipelineSettings
 from serving.settings import ServingSettings
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = ("README.md", "docs/first-hour.md", "docs/pipeline.md")
 CURL = re.compile(r"curl -s localhost:(\d+)/predict -H 'content-type: application/json' -d '([^']*)'")

@@ -13,6 +13,8 @@ from mlops.contract import load_contract
 from serving.oip import InferRequest, contract_bounds
 from serving.schemas import build_request_model, infer_example, request_example
 
+pytestmark = pytest.mark.unit
+
 CONTRACTS = sorted((Path(__file__).resolve().parents[2] / "platform" / "mlops" / "contracts").glob("*.yaml"))
 
 

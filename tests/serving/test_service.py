@@ -37,6 +37,8 @@ from mlops.prediction_log import log_dir, read_predictions
 from mlops.registry_client import activate
 from mlops.settings import Settings
 
+pytestmark = pytest.mark.integration
+
 TOKEN = "test-admin-token"
 POLL_S = 0.3
 MAX_BODY = 65_536

@@ -19,6 +19,8 @@ from mlops import registry
 from mlops.errors import ConfigError, NotFoundError
 from mlops.settings import Settings
 
+pytestmark = pytest.mark.integration
+
 
 def _mlops(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "mlops_cli", *args], capture_output=True, text=True, timeout=300,

@@ -20,6 +20,8 @@ from serving.app import create_app
 from serving.settings import ServingSettings
 from serving.state import ServiceState
 
+pytestmark = pytest.mark.integration
+
 MAX_PENDING = 2
 REQUESTS = 12
 

@@ -27,6 +27,8 @@ from service_process import ServiceProcess, free_port, start_service
 from mlops.inference import OnnxModel
 from mlops.prediction_log import PredictionRecord, log_dir, read_predictions
 
+pytestmark = pytest.mark.integration
+
 ROWS = 6
 
 

@@ -14,6 +14,8 @@ from pipelines.orchestration.declaration import step_named
 from pipelines.orchestration.kfp_components import component
 from pipelines.training.accelerators import request_gpus
 
+pytestmark = pytest.mark.unit
+
 
 def _compiled_train_resources(tmp_path: Path, gpus: int, mig_profile: str | None) -> dict[str, Any]:
     @dsl.pipeline(name="gpu-request")  # type: ignore[untyped-decorator]  # kfp is untyped

@@ -26,6 +26,8 @@ from pipelines.training.tracking import log_training, params_from_run
 from pipelines.training.trained_model import load_trained, save_trained
 from pipelines.training.trainer import EpochMetrics, TrainParams, TrainResult, best_f1_threshold, train_model
 
+pytestmark = pytest.mark.unit
+
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 
 PARAMS = TrainParams.from_settings(

@@ -20,6 +20,8 @@ from mlops.contract import DataContract
 from mlops_cli.app import app
 from pipelines.settings import PipelineSettings
 
+pytestmark = pytest.mark.integration
+
 runner = CliRunner()
 # Dropout off: the 2-rank run then sees exactly the single run's batches (see pipelines/training/distributed.shard),
 # so its F1 differs only by floating-point summation order, not by sampling noise on a tiny test split.

@@ -24,6 +24,8 @@ from pipelines.training.data import (
     sampled_negative_rate,
 )
 
+pytestmark = pytest.mark.unit
+
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 
 

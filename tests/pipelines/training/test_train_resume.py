@@ -21,6 +21,8 @@ from pipelines.training.checkpoint import PREEMPTED_EXIT_CODE, CheckpointStore
 from pipelines.training.entry import run_training
 from pipelines.training.trainer import Checkpointing, TrainParams, train_model
 
+pytestmark = pytest.mark.integration
+
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 # Small batches make an epoch long enough (about 70 steps) for the signal to land inside it.
 ENV = {"MLOPS_MAX_EPOCHS": "2", "MLOPS_PATIENCE": "10", "MLOPS_BATCH_SIZE": "32", "MLOPS_DEVICE": "cpu",

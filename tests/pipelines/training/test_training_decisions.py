@@ -36,6 +36,8 @@ from pipelines.training.entry import run_training
 from pipelines.training.export import ExportResult, log_model_to_mlflow
 from pipelines.training.trainer import TrainParams, TrainResult, best_f1_threshold, train_model
 
+pytestmark = pytest.mark.unit
+
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 
 LABEL_NOISE = 0.25  # share of frauds relabelled legit; as many legit rows become fraud
