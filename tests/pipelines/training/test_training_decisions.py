@@ -190,6 +190,7 @@ def test_configured_seed_draws_the_initial_weights(
         model = TabularMLP.for_contract(contract, fit_vocabularies(contract), settings.hidden_sizes, settings.dropout)
         return _mlp_weights(model)
 
+    assert outcome.result is not None  # the platform's loop trained it (family mlp)
     trained = _mlp_weights(outcome.result.model)
     for got, want in zip(trained, initial(2024), strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
