@@ -31,6 +31,9 @@ class PipelineSettings(Settings):
                               "xgboost, sklearn); docs/own-model.md.")
     model_params: dict[str, Any] = Field(default={}, description="The family's own parameters, JSON in "
                                          "MLOPS_MODEL_PARAMS (mlp: its settings above).")
+    calibration: Literal["auto", "platt", "isotonic", "none"] = Field(
+        default="auto", description="How the score is calibrated on validation: auto = the method of least "
+        "out-of-fold log loss (none, Platt or isotonic); or that method, forced.")
     seed: int = 42
     max_epochs: int = Field(default=30, ge=1)
     patience: int = Field(default=4, ge=1)

@@ -1,7 +1,7 @@
 """The train step of a family fitted in one process (every family but the platform's torch loop):
 read the train and validation splits as frames, fit, write the family's files and ``training.json``
 to the out dir (the export step reads them), and, given a run id, log the family to MLflow. Also what
-those families share when they fit: labels, Platt calibration on the score's logit, ranking scores.
+those families share when they fit: labels, the calibration chosen on the score's logit, ranking scores.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 from mlops.contract import DataContract
 from mlops.errors import InputError
 from pipelines.settings import PipelineSettings
-from pipelines.steps.calibration import fit_platt
+from pipelines.training.calibrators import CalibrationChoice, choose_calibration
 from pipelines.training.data import input_columns
 from pipelines.training.families.converted import logit
 from pipelines.training.families.interface import FitSummary, FittedModel, ModelFamily
@@ -37,9 +37,11 @@ def labels(frame: pd.DataFrame, contract: DataContract) -> np.ndarray:
     return frame[contract.label_column].to_numpy().astype(np.int64)
 
 
-def fit_calibration(raw_validation: np.ndarray, validation_labels: np.ndarray) -> tuple[float, float]:
-    """Class weights inflate a tree's scores as they do the MLP's: Platt on validation maps them back."""
-    return fit_platt(logit(raw_validation), validation_labels)
+def fit_calibration(raw_validation: np.ndarray, validation_labels: np.ndarray,
+                    settings: PipelineSettings) -> CalibrationChoice:
+    """Class weights inflate a tree's scores as they do the MLP's: the ``calibration`` setting's map (auto:
+    the best on validation) on the score's logit maps them back."""
+    return choose_calibration(logit(raw_validation), validation_labels, settings.calibration, settings.seed)
 
 
 def ranking_scores(labels_: np.ndarray, scores: np.ndarray) -> tuple[float, float]:
@@ -114,6 +116,10 @@ def log_family(run_id: str, family: ModelFamily, fitted: FittedModel, summary: F
     metrics = {"best_val_pr_auc": summary.val_pr_auc, "best_val_roc_auc": summary.val_roc_auc,
                "best_epoch": float(summary.best_round), "train_seconds": summary.seconds,
                "decision_threshold": fitted.threshold}
+    if summary.calibration is not None:
+        params["calibration"] = summary.calibration.method
+        params["calibration_setting"] = summary.calibration.setting
+        metrics.update(summary.calibration.metrics())
     client = MlflowClient()
     client.log_batch(run_id, metrics=[Metric(k, v, now_ms, 0) for k, v in metrics.items()],
                      params=[Param(k, str(v)[:6000]) for k, v in params.items()])

@@ -48,3 +48,12 @@ def calibration_report(labels: np.ndarray, proba: np.ndarray, bins: int = BINS) 
                                    mean_predicted=mean_predicted, observed_rate=observed))
     brier = float(np.mean((proba - labels) ** 2)) if len(proba) else float("nan")
     return CalibrationReport(brier=brier, ece=float(ece), bins=rows)
+
+
+def top_decile_ece(labels: np.ndarray, proba: np.ndarray, bins: int = BINS) -> float:
+    """ECE over the 10 % highest scores: where a decision and the estimate of precision before labels live,
+    and where an average over all rows hides a miscalibration (most rows score near zero)."""
+    if len(proba) == 0:
+        return float("nan")
+    top = proba >= np.quantile(proba, 0.9)
+    return calibration_report(labels[top], proba[top], bins).ece

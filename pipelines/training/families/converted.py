@@ -1,5 +1,6 @@
-"""What the models converted by onnxmltools or skl2onnx share at export: their feature matrix, Platt
-calibration on the score's logit, the ONNX graph around the converted model, the parity rule for trees.
+"""What the models converted by onnxmltools or skl2onnx share at export: their feature matrix, the
+calibration chosen on validation applied to the score's logit, the ONNX graph around the converted model,
+the parity rule for trees.
 
 The feature matrix is the encoded inputs side by side: the numeric inputs as float32 and each categorical
 input as its vocabulary index (the MLP's encoding, index 0 for unknown), so the preprocessing head in
@@ -20,6 +21,7 @@ from mlops.errors import ExportParityError
 from mlops.inference import OnnxModel
 from mlops.model import encode
 from mlops.onnx_export import OUTPUT_NAME
+from pipelines.training.calibrators import Calibrator
 
 # The converters' newest default-domain opset (onnxmltools 1.16 stops at 15) and the ML domain's that the
 # preprocessing head's LabelEncoder (keys_strings) needs; TreeEnsembleClassifier is the same op up to it.
@@ -47,14 +49,13 @@ def logit(probability: np.ndarray) -> np.ndarray:
     return np.asarray(np.log(p) - np.log1p(-p))
 
 
-def calibrated(raw: np.ndarray, platt: tuple[float, float]) -> np.ndarray:
-    """Platt scaling on the raw probability's logit, float64 (the graph does the same in float32)."""
-    scale, bias = platt
-    return np.asarray(1.0 / (1.0 + np.exp(-(scale * logit(raw) + bias))))
+def calibrated(raw: np.ndarray, calibrator: Calibrator) -> np.ndarray:
+    """The calibrated probability from the raw probability's logit, float64 (the graph does the same in float32)."""
+    return calibrator.apply(logit(raw))
 
 
 def scoring_graph(converted: onnx.ModelProto, probabilities: str, contract: DataContract,
-                  platt: tuple[float, float]) -> onnx.ModelProto:
+                  calibrator: Calibrator) -> onnx.ModelProto:
     """``converted`` (one float input [batch, k + c], ``probabilities`` [batch, 2]) inside the graph the
     served file expects: the encoded inputs stacked in, the positive class's column calibrated out."""
     n_categorical = len(contract.model_inputs.categorical)
@@ -69,10 +70,9 @@ def scoring_graph(converted: onnx.ModelProto, probabilities: str, contract: Data
     else:
         nodes.append(helper.make_node("Identity", ["numeric"], [inner_input]))
     nodes += list(converted.graph.node)
-    scale, bias = platt
     constants = [numpy_helper.from_array(np.array(1, dtype=np.int64), "positive_column")]
     constants += [numpy_helper.from_array(np.array(v, dtype=np.float32), name) for name, v in (
-        ("eps_low", _EPS), ("eps_high", 1.0 - _EPS), ("one", 1.0), ("platt_scale", scale), ("platt_bias", bias))]
+        ("eps_low", _EPS), ("eps_high", 1.0 - _EPS), ("one", 1.0))]
     prob = _CONVERTED_PREFIX + probabilities
     nodes += [
         helper.make_node("Gather", [prob, "positive_column"], ["raw"], axis=1),
@@ -80,10 +80,10 @@ def scoring_graph(converted: onnx.ModelProto, probabilities: str, contract: Data
         helper.make_node("Sub", ["one", "clipped"], ["complement"]),
         helper.make_node("Div", ["clipped", "complement"], ["odds"]),
         helper.make_node("Log", ["odds"], ["logit"]),
-        helper.make_node("Mul", ["logit", "platt_scale"], ["scaled"]),
-        helper.make_node("Add", ["scaled", "platt_bias"], ["shifted"]),
-        helper.make_node("Sigmoid", ["shifted"], [OUTPUT_NAME]),
     ]
+    calibration_nodes, calibration_constants = calibrator.onnx_nodes("logit", OUTPUT_NAME)
+    nodes += calibration_nodes
+    constants += calibration_constants
     output = helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, ["batch"])
     graph = helper.make_graph(nodes, "family", inputs, [output],
                               initializer=[*converted.graph.initializer, *constants])

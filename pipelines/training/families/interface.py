@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from pipelines.settings import PipelineSettings
+    from pipelines.training.calibrators import CalibrationChoice
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class FitSummary:
     device: str
     val_pr_auc: float
     val_roc_auc: float
+    calibration: CalibrationChoice | None = None  # the calibration chosen on validation, as MLflow logs it
 
 
 class FittedModel(ABC):

@@ -24,6 +24,7 @@ import pandas as pd
 from mlops.contract import DataContract
 from mlops.errors import ConfigError, TrainingError
 from mlops.model import fit_vocabularies
+from pipelines.training.calibrators import Calibrator
 from pipelines.training.families import converted
 from pipelines.training.families.interface import FitSummary, FittedModel, ModelFamily, register_family
 from pipelines.training.families.sk_model import FittedSklearn, estimator_name
@@ -90,15 +91,16 @@ class SklearnFamily(ModelFamily):
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ConfigError(f"{estimator_name(estimator)} did not fit: {first_line}", field="model_params") from exc
         seconds = time.monotonic() - started
-        fitted = FittedSklearn(estimator, vocabs, (1.0, 0.0), 0.5, contract)
+        fitted = FittedSklearn(estimator, vocabs, Calibrator("none"), 0.5, contract)
         raw = fitted.uncalibrated_probability(validation)
         if not np.isfinite(raw).all():
             raise TrainingError(f"{estimator_name(estimator)} answered non-finite probabilities on validation; "
                                 "scale its inputs (a Pipeline) or change its parameters")
-        fitted.platt = fit_calibration(raw, y_val)
-        fitted.threshold = best_f1_threshold(y_val, converted.calibrated(raw, fitted.platt))
+        choice = fit_calibration(raw, y_val, self.settings)
+        fitted.calibrator = choice.calibrator
+        fitted.threshold = best_f1_threshold(y_val, converted.calibrated(raw, fitted.calibrator))
         pr_auc, roc_auc = ranking_scores(y_val, raw)
         n_iter = getattr(estimator, "n_iter_", None)  # boosting rounds or solver iterations, where it has them
         rounds = int(n_iter) if isinstance(n_iter, int | np.integer) else 1
         return fitted, FitSummary(best_round=rounds, rounds_run=rounds, stop_reason="fit", seconds=seconds,
-                                  device="cpu", val_pr_auc=pr_auc, val_roc_auc=roc_auc)
+                                  device="cpu", val_pr_auc=pr_auc, val_roc_auc=roc_auc, calibration=choice)

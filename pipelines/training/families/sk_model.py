@@ -1,5 +1,5 @@
 """The fitted ``sklearn`` model: the estimator (joblib: it is the user's own code, which only a pickle
-carries), Platt calibration on validation, and its ONNX graph converted by skl2onnx; an estimator skl2onnx
+carries), the calibration chosen on validation, and its ONNX graph converted by skl2onnx; an estimator skl2onnx
 has no converter for stops the export in one line. Training is :mod:`pipelines.training.families.sk`."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pandas as pd
 
 from mlops.contract import DataContract
 from mlops.errors import UnconvertibleModelError
+from pipelines.training.calibrators import Calibrator
 from pipelines.training.families import converted
 from pipelines.training.families.interface import FittedModel, register_fitted
 
@@ -31,9 +32,9 @@ def estimator_name(estimator: Any) -> str:
 class FittedSklearn(FittedModel):
     family = "sklearn"
 
-    def __init__(self, estimator: Any, vocabs: dict[str, list[str]], platt: tuple[float, float], threshold: float,
+    def __init__(self, estimator: Any, vocabs: dict[str, list[str]], calibrator: Calibrator, threshold: float,
                  contract: DataContract) -> None:
-        self.estimator, self.vocabs, self.platt, self.threshold = estimator, vocabs, platt, threshold
+        self.estimator, self.vocabs, self.calibrator, self.threshold = estimator, vocabs, calibrator, threshold
         self.contract = contract
 
     def uncalibrated_probability(self, frame: pd.DataFrame) -> np.ndarray:
@@ -42,7 +43,7 @@ class FittedSklearn(FittedModel):
         return np.asarray(self.estimator.predict_proba(features)[:, 1], dtype=np.float64)
 
     def probability(self, frame: pd.DataFrame) -> np.ndarray:
-        return converted.calibrated(self.uncalibrated_probability(frame), self.platt)
+        return converted.calibrated(self.uncalibrated_probability(frame), self.calibrator)
 
     def scoring_graph(self, contract: DataContract) -> onnx.ModelProto:
         from skl2onnx import to_onnx
@@ -64,7 +65,7 @@ class FittedSklearn(FittedModel):
             raise UnconvertibleModelError(
                 f"skl2onnx cannot convert {estimator_name(self.estimator)}: choose an estimator it converts "
                 "(https://onnx.ai/sklearn-onnx/supported.html) or register a converter for it") from exc
-        return converted.scoring_graph(graph, graph.graph.output[-1].name, contract, self.platt)
+        return converted.scoring_graph(graph, graph.graph.output[-1].name, contract, self.calibrator)
 
     def check_parity(self, onnx_path: Path, frame: pd.DataFrame, contract: DataContract, tolerance: float) -> float:
         return converted.check_converted_parity(self.probability(frame), onnx_path, frame, self.threshold,
@@ -82,7 +83,7 @@ class FittedSklearn(FittedModel):
 
         folder.mkdir(parents=True, exist_ok=True)
         joblib.dump(self.estimator, folder / MODEL_FILE)
-        (folder / STATE_FILE).write_text(json.dumps({"vocabs": self.vocabs, "platt": list(self.platt),
+        (folder / STATE_FILE).write_text(json.dumps({"vocabs": self.vocabs, "calibration": self.calibrator.to_dict(),
                                                      "threshold": self.threshold}))
 
     @classmethod
@@ -90,6 +91,5 @@ class FittedSklearn(FittedModel):
         import joblib
 
         state = json.loads((folder / STATE_FILE).read_text())
-        scale, bias = state["platt"]
-        return cls(joblib.load(folder / MODEL_FILE), state["vocabs"], (float(scale), float(bias)),
+        return cls(joblib.load(folder / MODEL_FILE), state["vocabs"], Calibrator.from_dict(state["calibration"]),
                    float(state["threshold"]), contract)

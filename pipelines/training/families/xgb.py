@@ -1,6 +1,6 @@
 """``xgboost``: gradient-boosted trees (hist method) on the GPU when torch sees one, else the CPU, through
 the same code; early stopping on validation PR-AUC; positives weighted by the negative/positive ratio;
-Platt calibration on validation. The fitted model and its export: :mod:`.xgb_model`.
+calibration chosen on validation. The fitted model and its export: :mod:`.xgb_model`.
 """
 
 from __future__ import annotations
@@ -63,12 +63,12 @@ class XGBoostFamily(ModelFamily):
         # Scoring numpy arrays on the GPU would copy them there first (XGBoost warns); the CPU is quick.
         model.set_params(device="cpu")
         raw = np.asarray(model.predict_proba(x_val)[:, 1], dtype=np.float64)
-        platt = fit_calibration(raw, y_val)
-        threshold = best_f1_threshold(y_val, converted.calibrated(raw, platt))
+        choice = fit_calibration(raw, y_val, self.settings)
+        threshold = best_f1_threshold(y_val, converted.calibrated(raw, choice.calibrator))
         pr_auc, roc_auc = ranking_scores(y_val, raw)
         rounds = model.get_booster().num_boosted_rounds()
         best = int(getattr(model, "best_iteration", rounds - 1)) + 1
         stop = "early_stopping" if rounds < int(self.params["n_estimators"]) else "max_rounds"
-        fitted = FittedXGBoost(model, vocabs, platt, threshold, contract)
+        fitted = FittedXGBoost(model, vocabs, choice.calibrator, threshold, contract)
         return fitted, FitSummary(best_round=best, rounds_run=rounds, stop_reason=stop, seconds=seconds,
-                                  device=device, val_pr_auc=pr_auc, val_roc_auc=roc_auc)
+                                  device=device, val_pr_auc=pr_auc, val_roc_auc=roc_auc, calibration=choice)

@@ -1,4 +1,4 @@
-"""The fitted ``xgboost`` model: XGBoost's own JSON (no pickle), Platt calibration on validation, and its
+"""The fitted ``xgboost`` model: XGBoost's own JSON (no pickle), the calibration chosen on validation, and its
 ONNX graph converted by onnxmltools. Training is :mod:`pipelines.training.families.xgb`."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import onnx
 import pandas as pd
 
 from mlops.contract import DataContract
+from pipelines.training.calibrators import Calibrator
 from pipelines.training.families import converted
 from pipelines.training.families.interface import FittedModel, register_fitted
 
@@ -23,9 +24,10 @@ STATE_FILE = "family.json"
 class FittedXGBoost(FittedModel):
     family = "xgboost"
 
-    def __init__(self, model: Any, vocabs: dict[str, list[str]], platt: tuple[float, float], threshold: float,
+    def __init__(self, model: Any, vocabs: dict[str, list[str]], calibrator: Calibrator, threshold: float,
                  contract: DataContract) -> None:
-        self.model, self.vocabs, self.platt, self.threshold = model, vocabs, platt, threshold  # an XGBClassifier
+        self.model, self.vocabs, self.calibrator = model, vocabs, calibrator  # an XGBClassifier
+        self.threshold = threshold
         self.contract = contract
 
     def uncalibrated_probability(self, frame: pd.DataFrame) -> np.ndarray:
@@ -33,7 +35,7 @@ class FittedXGBoost(FittedModel):
         return np.asarray(self.model.predict_proba(features)[:, 1], dtype=np.float64)
 
     def probability(self, frame: pd.DataFrame) -> np.ndarray:
-        return converted.calibrated(self.uncalibrated_probability(frame), self.platt)
+        return converted.calibrated(self.uncalibrated_probability(frame), self.calibrator)
 
     def scoring_graph(self, contract: DataContract) -> onnx.ModelProto:
         from onnxmltools import convert_xgboost
@@ -42,7 +44,7 @@ class FittedXGBoost(FittedModel):
         width = len(contract.numeric_inputs) + len(contract.model_inputs.categorical)
         graph = convert_xgboost(self.model, initial_types=[(converted.FEATURES, FloatTensorType([None, width]))],
                                 target_opset=converted.OPSET)
-        return converted.scoring_graph(graph, "probabilities", contract, self.platt)
+        return converted.scoring_graph(graph, "probabilities", contract, self.calibrator)
 
     def check_parity(self, onnx_path: Path, frame: pd.DataFrame, contract: DataContract, tolerance: float) -> float:
         return converted.check_converted_parity(self.probability(frame), onnx_path, frame, self.threshold,
@@ -57,7 +59,7 @@ class FittedXGBoost(FittedModel):
     def save(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.model.save_model(folder / MODEL_FILE)
-        (folder / STATE_FILE).write_text(json.dumps({"vocabs": self.vocabs, "platt": list(self.platt),
+        (folder / STATE_FILE).write_text(json.dumps({"vocabs": self.vocabs, "calibration": self.calibrator.to_dict(),
                                                      "threshold": self.threshold}))
 
     @classmethod
@@ -69,5 +71,5 @@ class FittedXGBoost(FittedModel):
         # The loaded copy scores where export runs: on the CPU, whatever device trained it.
         model.set_params(device="cpu")
         state = json.loads((folder / STATE_FILE).read_text())
-        scale, bias = state["platt"]
-        return cls(model, state["vocabs"], (float(scale), float(bias)), float(state["threshold"]), contract)
+        return cls(model, state["vocabs"], Calibrator.from_dict(state["calibration"]), float(state["threshold"]),
+                   contract)
