@@ -28,7 +28,7 @@ from pipelines.settings import PipelineSettings
 from pipelines.steps.evaluate import compute_metrics
 from pipelines.training.entry import file_sha256, run_training
 from pipelines.training.export import export_step
-from pipelines.training.families.bundled import MLPFamily, family_class
+from pipelines.training.families.bundled import MLPFamily
 from pipelines.training.tracking import TRAINING_DATA_ARTIFACTS, params_from_run
 from pipelines.training.trainer import TrainParams
 
@@ -88,7 +88,7 @@ def recorded_inputs(settings: Settings, run_id: str, into: Path) -> tuple[Run, T
     logged = run.data.params
     # Runs from before families were MLPs; only the platform loop's runs record what reproduces them.
     family = logged.get("model_family", MLPFamily.name)
-    if not family_class(family).platform_loop:
+    if family != MLPFamily.name:
         raise ConfigError(f"run {run_id} trained the {family} family; --reproduce reruns mlp runs only so far",
                           field="model_family")
     try:

@@ -19,6 +19,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -31,8 +32,9 @@ from pipelines.splits import split_paths
 from pipelines.training import distributed
 from pipelines.training.checkpoint import CheckpointStore, sigterm_requests_checkpoint
 from pipelines.training.data import read_split
-from pipelines.training.families.bundled import ModelFamily, family_for
-from pipelines.training.trained_model import MODEL_FILE, TrainingSummary, save_trained, write_summary
+from pipelines.training.families.bundled import LoopFamily, ModelFamily, family_for
+from pipelines.training.families.models import FittedModel
+from pipelines.training.trained_model import MODEL_FILE, TrainingSummary, write_summary
 from pipelines.training.trainer import Checkpointing, EpochMetrics, TrainParams, TrainResult, train_model
 
 log = logging.getLogger("pipelines.training.entry")  # not "__main__" under `python -m`
@@ -54,10 +56,15 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def training_fingerprint(params: TrainParams, data_sha256: dict[str, str], contract: DataContract) -> str:
-    """What decides the weights (settings, data, contract): names a checkpoint's run and the ONNX file."""
-    blob = json.dumps({"params": params.model_dump(mode="json"), "data": data_sha256,
-                       "contract": contract.model_dump(mode="json")}, sort_keys=True)
+def training_fingerprint(params: TrainParams, data_sha256: dict[str, str], contract: DataContract,
+                         family: dict[str, Any] | None = None) -> str:
+    """What decides the weights (settings, data, contract; a user's module and its params): names a
+    checkpoint's run and the ONNX file. The MLP has no ``family`` entry, so its fingerprints stay as they were."""
+    decided: dict[str, Any] = {"params": params.model_dump(mode="json"), "data": data_sha256,
+                               "contract": contract.model_dump(mode="json")}
+    if family is not None:
+        decided["family"] = family
+    blob = json.dumps(decided, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -77,14 +84,16 @@ def run_training(paths: dict[str, Path], out_dir: Path, checkpoint_dir: str, *, 
     settings = settings or PipelineSettings()
     contract = load_contract(settings.contract_path)
     family = family_for(settings)
-    if not family.platform_loop:
+    if not isinstance(family, LoopFamily):
         return _train_in_process(family, paths, out_dir, contract, settings, run_id)
     params = params or TrainParams.from_settings(settings)
     vocabs = fit_vocabularies(contract)
+    network = family.network_builder(contract, vocabs)  # a user's module that cannot be built stops here
     # Only the model's inputs and the label, columnar; the test split is the export step's.
     arrays = {name: read_split(paths[name], contract, vocabs, name) for name in ("train", "validation")}
     data_sha256 = {name: file_sha256(path) for name, path in paths.items()}
-    fingerprint = training_fingerprint(params, data_sha256, contract)
+    own = family.own_params()
+    fingerprint = training_fingerprint(params, data_sha256, contract, None if own is None else {family.name: own})
     rank = distributed.start(params.device)
     try:
         store = CheckpointStore(checkpoint_location(checkpoint_dir, resume_key, fingerprint))
@@ -99,15 +108,17 @@ def run_training(paths: dict[str, Path], out_dir: Path, checkpoint_dir: str, *, 
             result = train_model(arrays["train"], arrays["validation"], contract, params, rank=rank,
                                  checkpointing=Checkpointing(store, fingerprint, settings.checkpoint_interval_s,
                                                              preemption),
-                                 on_epoch=show)
+                                 on_epoch=show, network=network)
         if rank.is_main:
-            _write_outputs(out_dir, result, params, fingerprint, data_sha256)
+            _write_outputs(out_dir, family.fitted(result, params, contract), result, params, fingerprint,
+                           data_sha256)
             if run_id:
                 from pipelines.training.lineage import log_split_datasets
                 from pipelines.training.tracking import log_training
 
                 activate(settings)  # the logging goes through MLflow's global URIs (a torchrun rank too)
-                log_training(run_id, params, result, fingerprint=fingerprint, data=paths, data_sha256=data_sha256)
+                log_training(run_id, params, result, fingerprint=fingerprint, data=paths, data_sha256=data_sha256,
+                             family=family.name, family_params=own)
                 log_split_datasets(run_id, paths, data_sha256, contract)
     finally:
         distributed.stop(rank)
@@ -126,15 +137,15 @@ def _train_in_process(family: ModelFamily, paths: dict[str, Path], out_dir: Path
     return TrainOutcome(result=None, fingerprint=fitted.fingerprint, data_sha256=data_sha256, is_main=True)
 
 
-def _write_outputs(out_dir: Path, result: TrainResult, params: TrainParams, fingerprint: str,
+def _write_outputs(out_dir: Path, fitted: FittedModel, result: TrainResult, params: TrainParams, fingerprint: str,
                    data_sha256: dict[str, str]) -> None:
-    save_trained(out_dir / MODEL_FILE, result.model, result.vocabs, result.threshold, params.hidden_sizes,
-                 params.dropout)
+    fitted.save(out_dir)
     write_summary(out_dir, TrainingSummary(
         fingerprint=fingerprint, data_sha256=data_sha256, best_epoch=result.best_epoch,
         epochs_run=len(result.history), stop_reason=result.stop_reason, train_seconds=result.seconds,
         rows_per_epoch=result.rows_per_epoch, threshold=result.threshold, device=result.device,
-        precision=result.precision, world_size=result.world_size, params=params.model_dump(mode="json")))
+        precision=result.precision, world_size=result.world_size, params=params.model_dump(mode="json"),
+        family=fitted.family))
     log.info("rank 0 wrote %s (best epoch %d, threshold %.4f)", out_dir / MODEL_FILE, result.best_epoch,
              result.threshold)
 

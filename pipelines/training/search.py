@@ -18,7 +18,7 @@ from mlops.errors import ConfigError
 from mlops.model import fit_vocabularies
 from pipelines.settings import PipelineSettings
 from pipelines.training.data import read_split
-from pipelines.training.families.bundled import family_for
+from pipelines.training.families.bundled import MLPFamily, family_for
 from pipelines.training.tracking import params_to_log
 from pipelines.training.trainer import TrainParams, train_model
 
@@ -45,7 +45,7 @@ def search(paths: dict[str, Path], trials: int, settings: PipelineSettings, pare
     """Run ``trials`` trials maximising validation PR-AUC; returns the best trial's settings."""
     import optuna
 
-    if not family_for(settings).platform_loop:
+    if family_for(settings).name != MLPFamily.name:
         raise ConfigError(f"--search tunes the mlp family's settings; the {settings.model_family} family has no "
                           "search space yet: set its parameters in MLOPS_MODEL_PARAMS", field="model_family")
     optuna.logging.set_verbosity(optuna.logging.WARNING)

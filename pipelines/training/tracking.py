@@ -12,6 +12,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
@@ -34,17 +35,21 @@ def params_from_run(logged: dict[str, str]) -> TrainParams:
 
 
 def log_training(run_id: str, params: TrainParams, result: TrainResult, *, fingerprint: str,
-                 data: dict[str, Path], data_sha256: dict[str, str]) -> None:
+                 data: dict[str, Path], data_sha256: dict[str, str], family: str = "mlp",
+                 family_params: dict[str, Any] | None = None) -> None:
+    """``family_params``: a family's own params beyond the loop's settings (a user's module), logged as the
+    in-process families log theirs; the MLP has none."""
     client = MlflowClient()
     now_ms = int(time.time() * 1000)
     logged = {
         **params_to_log(params),
-        "model_family": "mlp",  # the platform loop trains the mlp family; other families log their own
+        "model_family": family,
         "seeds": "python random, numpy, torch (CPU and CUDA) = seed; torch dropout RNG = seed + rank",
         "deterministic_algorithms": "true",
         "optimizer": "adam",
         "lr_scheduler": "reduce_on_plateau(max val PR-AUC, factor 0.5)",
-        "model_architecture": f"TabularMLP(hidden={list(params.hidden_sizes)}, dropout={params.dropout})",
+        "model_architecture": (f"TabularMLP(hidden={list(params.hidden_sizes)}, dropout={params.dropout})"
+                               if family_params is None else str(family_params.get("module"))),
         "world_size": str(result.world_size),
         "device_used": result.device,
         "precision_used": result.precision,
@@ -59,6 +64,9 @@ def log_training(run_id: str, params: TrainParams, result: TrainResult, *, finge
         **{f"{name}_sha256": digest for name, digest in data_sha256.items()},
         **{f"version_{name}": version for name, version in library_versions().items()},
     }
+    if family_params is not None:
+        logged["model_params"] = json.dumps(family_params, sort_keys=True, default=str)
+        logged.update({f"family.{k}": json.dumps(v, default=str) for k, v in family_params.items()})
     metrics = [Metric(key=key, value=getattr(m, key), timestamp=now_ms, step=m.epoch)
                for m in result.history for key in EPOCH_KEYS]
     metrics += [Metric(key=key, value=value, timestamp=now_ms, step=s.epoch)

@@ -186,10 +186,13 @@ def _use_bf16(precision: str, device: torch.device) -> bool:
 
 def train_model(train: SplitArrays | pd.DataFrame, val: SplitArrays | pd.DataFrame, contract: DataContract,
                 params: TrainParams, *, rank: Rank | None = None, checkpointing: Checkpointing | None = None,
-                on_epoch: Callable[[EpochMetrics], None] | None = None) -> TrainResult:
+                on_epoch: Callable[[EpochMetrics], None] | None = None,
+                network: Callable[[], TabularMLP] | None = None) -> TrainResult:
     """Train with early stopping on validation PR-AUC, keep the best epoch, calibrate on validation.
 
     The splits come as arrays (:func:`~pipelines.training.data.read_split`) or as frames, encoded here.
+    ``network`` builds the module to train (a user's, :class:`~pipelines.training.families.torch_net.
+    UserNetwork`); by default the MLP ``params`` describe.
     """
     vocabs = fit_vocabularies(contract)
     train_arrays = split_arrays(train, contract, vocabs, "train")
@@ -201,14 +204,16 @@ def train_model(train: SplitArrays | pd.DataFrame, val: SplitArrays | pd.DataFra
     # CUDA has kernels without a deterministic twin; there a warning, on the CPU a hard guarantee.
     torch.use_deterministic_algorithms(True, warn_only=rank.device.type == "cuda")
     try:
-        return _Trainer(train_arrays, val_arrays, contract, vocabs, params, rank, checkpointing).run(on_epoch)
+        return _Trainer(train_arrays, val_arrays, contract, vocabs, params, rank, checkpointing,
+                        network).run(on_epoch)
     finally:
         torch.use_deterministic_algorithms(was_deterministic)
 
 
 class _Trainer:
     def __init__(self, train: SplitArrays, val: SplitArrays, contract: DataContract, vocabs: dict[str, list[str]],
-                 params: TrainParams, rank: Rank, checkpointing: Checkpointing | None) -> None:
+                 params: TrainParams, rank: Rank, checkpointing: Checkpointing | None,
+                 network: Callable[[], TabularMLP] | None = None) -> None:
         self.params, self.rank, self.ckpt, self.vocabs = params, rank, checkpointing, vocabs
         device = rank.device
         random.seed(params.seed)
@@ -222,7 +227,9 @@ class _Trainer:
         self.negative_rate = sampled_negative_rate(params.negative_sample_rate, params.max_epoch_rows,
                                                    int(self.positive.sum()), len(self.positive))
         self.weights = negative_weights(self.y, self.negative_rate)
-        self.model = TabularMLP.for_contract(contract, vocabs, params.hidden_sizes, params.dropout).to(device)
+        model = network() if network is not None else TabularMLP.for_contract(contract, vocabs, params.hidden_sizes,
+                                                                             params.dropout)
+        self.model = model.to(device)
         self.model.fit_scaler(train.numeric)
         positives = float(train.labels.sum())
         # Positives are rare: weight them by the negative/positive ratio (of the full data, which the

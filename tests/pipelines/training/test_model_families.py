@@ -148,7 +148,7 @@ def test_an_estimator_skl2onnx_cannot_convert_stops_export_in_one_line(
 
 
 def test_an_unknown_family_is_a_clear_error() -> None:
-    with pytest.raises(ConfigError, match=r"unknown model family 'lightgbm'; registered: mlp, sklearn, xgboost"):
+    with pytest.raises(ConfigError, match=r"unknown model family 'lightgbm'; registered: mlp, sklearn, torch, xgboost"):
         family_for(PipelineSettings(model_family="lightgbm"))
 
 
