@@ -108,7 +108,7 @@ def run_training(paths: dict[str, Path], out_dir: Path, checkpoint_dir: str, *, 
             result = train_model(arrays["train"], arrays["validation"], contract, params, rank=rank,
                                  checkpointing=Checkpointing(store, fingerprint, settings.checkpoint_interval_s,
                                                              preemption),
-                                 on_epoch=show, network=network)
+                                 on_epoch=show, network=network, calibration=settings.calibration)
         if rank.is_main:
             _write_outputs(out_dir, family.fitted(result, params, contract), result, params, fingerprint,
                            data_sha256)

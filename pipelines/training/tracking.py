@@ -55,6 +55,8 @@ def log_training(run_id: str, params: TrainParams, result: TrainResult, *, finge
         "precision_used": result.precision,
         "epochs_run": str(len(result.history)),
         "stop_reason": result.stop_reason,
+        "calibration": result.calibration.method,
+        "calibration_setting": result.calibration.setting,
         # Negative downsampling: each epoch's share of the negatives (the configured rate, or lower where
         # max_epoch_rows caps an epoch) and the loss weight that undoes it.
         "negative_sample_rate_used": str(result.negative_sample_rate),
@@ -85,6 +87,7 @@ def log_training(run_id: str, params: TrainParams, result: TrainResult, *, finge
         "val_ece_uncalibrated": result.val_uncalibrated.ece,
         "val_brier": result.val_calibrated.brier,
         "val_ece": result.val_calibrated.ece,
+        **result.calibration.metrics(),  # the top-decile ECE and each method's out-of-fold log loss
     }
     metrics += [Metric(key=k, value=v, timestamp=now_ms, step=0) for k, v in summary.items()]
     # One call for all metrics and params: a round trip per value is slow against a remote server.

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from mlops.contract import DataContract
 from mlops.errors import InputError
 from mlops.model import TabularMLP
+from pipelines.training.calibrators import Calibrator
 
 MODEL_FILE = "model.pt"
 SUMMARY_FILE = "training.json"
@@ -50,13 +51,18 @@ class TrainedModel:
     model: TabularMLP
     vocabs: dict[str, list[str]]
     threshold: float
+    # An isotonic map after the network's logit; None: the calibration in the model's buffer (Platt or none).
+    calibrator: Calibrator | None = None
 
 
 def save_trained(path: Path, model: TabularMLP, vocabs: dict[str, list[str]], threshold: float,
-                 hidden_sizes: tuple[int, ...], dropout: float) -> Path:
+                 hidden_sizes: tuple[int, ...], dropout: float, calibrator: Calibrator | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"state_dict": model.state_dict(), "vocabs": vocabs, "threshold": threshold,
-                "hidden_sizes": list(hidden_sizes), "dropout": dropout}, path)
+    bundle: dict[str, Any] = {"state_dict": model.state_dict(), "vocabs": vocabs, "threshold": threshold,
+                              "hidden_sizes": list(hidden_sizes), "dropout": dropout}
+    if calibrator is not None:  # only then: a file with the calibration in its buffer stays as it always was
+        bundle["calibrator"] = calibrator.to_dict()
+    torch.save(bundle, path)
     return path
 
 
@@ -66,7 +72,9 @@ def load_trained(path: Path, contract: DataContract) -> TrainedModel:
     bundle = torch.load(path, map_location="cpu", weights_only=True)
     model = TabularMLP.for_contract(contract, bundle["vocabs"], tuple(bundle["hidden_sizes"]), bundle["dropout"])
     model.load_state_dict(bundle["state_dict"])
-    return TrainedModel(model=model.eval(), vocabs=bundle["vocabs"], threshold=float(bundle["threshold"]))
+    calibrator = Calibrator.from_dict(bundle["calibrator"]) if "calibrator" in bundle else None
+    return TrainedModel(model=model.eval(), vocabs=bundle["vocabs"], threshold=float(bundle["threshold"]),
+                        calibrator=calibrator)
 
 
 def write_summary(out_dir: Path, summary: TrainingSummary) -> Path:

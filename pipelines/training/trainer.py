@@ -32,7 +32,7 @@ from mlops.contract import DataContract
 from mlops.errors import TrainingError
 from mlops.model import TabularMLP, fit_vocabularies
 from pipelines.settings import PipelineSettings
-from pipelines.steps.calibration import fit_platt
+from pipelines.training.calibrators import CalibrationChoice, choose_calibration
 from pipelines.training.checkpoint import CheckpointStore, PreemptionFlag, TrainingPreempted
 from pipelines.training.data import (
     SplitArrays,
@@ -137,6 +137,7 @@ class TrainResult:
     world_size: int
     val_uncalibrated: CalibrationReport
     val_calibrated: CalibrationReport
+    calibration: CalibrationChoice  # Platt and none live in the model's buffer; isotonic travels beside it
     stop_reason: str  # max_epochs, early_stopping or time_budget
     seconds: float
     rows_per_epoch: int
@@ -149,7 +150,8 @@ class TrainResult:
     @property
     def trained(self) -> TrainedModel:
         """What the export step needs: weights with calibration, vocabularies, threshold."""
-        return TrainedModel(model=self.model, vocabs=self.vocabs, threshold=self.threshold)
+        isotonic = self.calibration.calibrator if self.calibration.method == "isotonic" else None
+        return TrainedModel(model=self.model, vocabs=self.vocabs, threshold=self.threshold, calibrator=isotonic)
 
 
 class _Logits(torch.nn.Module):
@@ -187,12 +189,13 @@ def _use_bf16(precision: str, device: torch.device) -> bool:
 def train_model(train: SplitArrays | pd.DataFrame, val: SplitArrays | pd.DataFrame, contract: DataContract,
                 params: TrainParams, *, rank: Rank | None = None, checkpointing: Checkpointing | None = None,
                 on_epoch: Callable[[EpochMetrics], None] | None = None,
-                network: Callable[[], TabularMLP] | None = None) -> TrainResult:
+                network: Callable[[], TabularMLP] | None = None, calibration: str = "platt") -> TrainResult:
     """Train with early stopping on validation PR-AUC, keep the best epoch, calibrate on validation.
 
     The splits come as arrays (:func:`~pipelines.training.data.read_split`) or as frames, encoded here.
     ``network`` builds the module to train (a user's, :class:`~pipelines.training.families.torch_net.
-    UserNetwork`); by default the MLP ``params`` describe.
+    UserNetwork`); by default the MLP ``params`` describe. ``calibration`` is the setting (auto, platt,
+    isotonic, none): :func:`~pipelines.training.calibrators.choose_calibration`.
     """
     vocabs = fit_vocabularies(contract)
     train_arrays = split_arrays(train, contract, vocabs, "train")
@@ -205,7 +208,7 @@ def train_model(train: SplitArrays | pd.DataFrame, val: SplitArrays | pd.DataFra
     torch.use_deterministic_algorithms(True, warn_only=rank.device.type == "cuda")
     try:
         return _Trainer(train_arrays, val_arrays, contract, vocabs, params, rank, checkpointing,
-                        network).run(on_epoch)
+                        network, calibration).run(on_epoch)
     finally:
         torch.use_deterministic_algorithms(was_deterministic)
 
@@ -213,8 +216,9 @@ def train_model(train: SplitArrays | pd.DataFrame, val: SplitArrays | pd.DataFra
 class _Trainer:
     def __init__(self, train: SplitArrays, val: SplitArrays, contract: DataContract, vocabs: dict[str, list[str]],
                  params: TrainParams, rank: Rank, checkpointing: Checkpointing | None,
-                 network: Callable[[], TabularMLP] | None = None) -> None:
+                 network: Callable[[], TabularMLP] | None = None, calibration: str = "platt") -> None:
         self.params, self.rank, self.ckpt, self.vocabs = params, rank, checkpointing, vocabs
+        self.calibration = calibration
         device = rank.device
         random.seed(params.seed)
         np.random.seed(params.seed)
@@ -402,18 +406,25 @@ class _Trainer:
         self.model.load_state_dict(self.best_state)
         logits = _logits(self.model, self.v_num, self.v_cat).cpu().numpy().astype(np.float64)
         labels = self.v_y.cpu().numpy()
-        scale, bias = fit_platt(logits, labels)
-        self.model.calibration.copy_(torch.tensor([scale, bias]))
+        choice = choose_calibration(logits, labels, self.calibration, self.params.seed)
         uncalibrated = 1.0 / (1.0 + np.exp(-logits))
-        calibrated = 1.0 / (1.0 + np.exp(-(scale * logits + bias)))
-        log.info("Platt calibration on validation: scale %.4f, bias %.4f", scale, bias)
         model = self.model.cpu().eval()
-        threshold = best_f1_threshold(labels, model.predict_proba(self.v_num.cpu().numpy(), self.v_cat.cpu().numpy()))
+        if choice.method == "isotonic":  # the graph applies it after the network's logit (FittedMLP)
+            calibrated = choice.calibrator.apply(logits)
+            threshold = best_f1_threshold(labels, calibrated)
+            log.info("isotonic calibration on validation: %d knots", len(choice.calibrator.knots[0]))
+        else:  # Platt (or none, its identity) inside the network's forward, as it always was
+            scale, bias = choice.calibrator.platt
+            self.model.calibration.copy_(torch.tensor([scale, bias]))
+            calibrated = 1.0 / (1.0 + np.exp(-(scale * logits + bias)))
+            log.info("%s calibration on validation: scale %.4f, bias %.4f", choice.method, scale, bias)
+            threshold = best_f1_threshold(labels, model.predict_proba(self.v_num.cpu().numpy(),
+                                                                      self.v_cat.cpu().numpy()))
         return TrainResult(model=model, vocabs=self.vocabs, history=p.history, system=p.system,
                            best_epoch=p.best_epoch, threshold=threshold, device=self.rank.device.type,
                            precision="bf16" if self.bf16 else "fp32", world_size=self.rank.world_size,
                            val_uncalibrated=calibration_report(labels, uncalibrated),
-                           val_calibrated=calibration_report(labels, calibrated),
+                           val_calibrated=calibration_report(labels, calibrated), calibration=choice,
                            stop_reason=p.stop_reason,
                            seconds=p.seconds, rows_per_epoch=p.rows_per_epoch,
                            negative_sample_rate=self.negative_rate)

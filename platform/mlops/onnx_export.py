@@ -36,7 +36,7 @@ class _NumericOnly(torch.nn.Module):
     """The model of a contract without categorical inputs, with one graph input: torch.export cannot
     keep a dynamic batch axis on an empty [batch, 0] tensor."""
 
-    def __init__(self, model: TabularMLP) -> None:
+    def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
         self.model = model
 
@@ -46,7 +46,7 @@ class _NumericOnly(torch.nn.Module):
         return result
 
 
-def _export_torch(model: TabularMLP, n_numeric: int, n_categorical: int) -> onnx.ModelProto:
+def _export_torch(model: torch.nn.Module, n_numeric: int, n_categorical: int) -> onnx.ModelProto:
     module: torch.nn.Module = model
     example: tuple[torch.Tensor, ...] = (torch.zeros(2, n_numeric), torch.zeros(2, n_categorical, dtype=torch.int64))
     names = [_NUMERIC, _CATEGORICAL]
@@ -119,8 +119,9 @@ def export_onnx(
                               metadata=metadata)
 
 
-def torch_scoring_graph(model: TabularMLP, contract: DataContract) -> onnx.ModelProto:
-    """The MLP's graph over the encoded inputs, as :func:`write_served_graph` takes it."""
+def torch_scoring_graph(model: torch.nn.Module, contract: DataContract) -> onnx.ModelProto:
+    """The MLP's graph (or any module's answering ``forward(numeric, categorical)``) over the encoded inputs,
+    as :func:`write_served_graph` takes it."""
     model = model.to("cpu").eval()
     return _export_torch(model, len(contract.numeric_inputs), len(contract.model_inputs.categorical))
 

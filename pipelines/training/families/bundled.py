@@ -61,11 +61,13 @@ class LoopFamily(ModelFamily):
             contract: DataContract) -> tuple[FittedModel, FitSummary]:
         params = TrainParams.from_settings(self.settings)
         network = self.network_builder(contract, fit_vocabularies(contract))
-        result = train_model(train, validation, contract, params, network=network)
+        result = train_model(train, validation, contract, params, network=network,
+                             calibration=self.settings.calibration)
         best = result.best
         return self.fitted(result, params, contract), FitSummary(
             best_round=result.best_epoch, rounds_run=len(result.history), stop_reason=result.stop_reason,
-            seconds=result.seconds, device=result.device, val_pr_auc=best.val_pr_auc, val_roc_auc=best.val_roc_auc)
+            seconds=result.seconds, device=result.device, val_pr_auc=best.val_pr_auc, val_roc_auc=best.val_roc_auc,
+            calibration=result.calibration)
 
 
 @register_family

@@ -14,9 +14,11 @@ import pandas as pd
 import torch
 
 from mlops.contract import DataContract
-from mlops.errors import InputError
-from mlops.model import encode
-from mlops.onnx_export import check_parity, torch_scoring_graph
+from mlops.errors import ExportParityError, InputError
+from mlops.inference import OnnxModel
+from mlops.model import TabularMLP, encode
+from mlops.onnx_export import OUTPUT_NAME, check_parity, torch_scoring_graph
+from pipelines.training.calibrators import Calibrator
 from pipelines.training.families.interface import FittedModel, fitted_class, register_fitted
 from pipelines.training.families.sk_model import FittedSklearn
 from pipelines.training.families.torch_net import UserNetwork
@@ -24,6 +26,43 @@ from pipelines.training.families.xgb_model import FittedXGBoost
 from pipelines.training.trained_model import MODEL_FILE, TrainedModel, load_trained, read_summary, save_trained
 
 __all__ = ["FittedMLP", "FittedModel", "FittedSklearn", "FittedTorch", "FittedXGBoost", "load_fitted"]
+
+
+class _LogitOutput(torch.nn.Module):
+    """The network's raw score as its output, so an isotonic map can follow it as ONNX nodes."""
+
+    def __init__(self, model: TabularMLP) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
+        return self.model.logits(numeric, categorical)
+
+
+_NET_LOGIT = "net_logit"
+
+
+def logit_graph_calibrated(model: TabularMLP, contract: DataContract, calibrator: Calibrator) -> onnx.ModelProto:
+    """The network's logit graph, its output renamed, then ``calibrator``'s nodes answering the probability."""
+    graph = torch_scoring_graph(_LogitOutput(model.to("cpu").eval()), contract)
+    for node in graph.graph.node:
+        node.output[:] = [_NET_LOGIT if name == OUTPUT_NAME else name for name in node.output]
+    nodes, constants = calibrator.onnx_nodes(_NET_LOGIT, OUTPUT_NAME)
+    graph.graph.node.extend(nodes)
+    graph.graph.initializer.extend(constants)
+    return graph
+
+
+def check_calibrated_parity(expected: np.ndarray, onnx_path: Path, frame: pd.DataFrame, tolerance: float) -> float:
+    """Max |torch logit through the map - ONNX| over ``frame``; ExportParityError above ``tolerance``."""
+    actual = OnnxModel(onnx_path).predict_proba(frame).astype(np.float64)
+    if actual.shape != expected.shape:
+        raise ExportParityError(f"ONNX output shape {actual.shape} != torch output shape {expected.shape}")
+    max_diff = float(np.max(np.abs(actual - expected), initial=0.0))
+    if not max_diff <= tolerance:  # also catches NaN
+        raise ExportParityError(f"ONNX export disagrees with torch and its isotonic map: max abs diff "
+                                f"{max_diff:.3g} > tolerance {tolerance:.3g} over {len(frame)} rows")
+    return max_diff
 
 
 @register_fitted
@@ -38,7 +77,14 @@ class FittedMLP(FittedModel):
 
     def probability(self, frame: pd.DataFrame) -> np.ndarray:
         numeric, categorical = encode(frame, self.contract, self.vocabs)
+        if self.trained.calibrator is not None:
+            return self.trained.calibrator.apply(self._logits(numeric, categorical))
         return np.asarray(self.trained.model.to("cpu").predict_proba(numeric, categorical), dtype=np.float64)
+
+    def _logits(self, numeric: np.ndarray, categorical: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            logits = self.trained.model.to("cpu").eval().logits(torch.as_tensor(numeric), torch.as_tensor(categorical))
+        return np.asarray(logits.numpy(), dtype=np.float64)
 
     def uncalibrated_probability(self, frame: pd.DataFrame) -> np.ndarray:
         numeric, categorical = encode(frame, self.contract, self.vocabs)
@@ -48,14 +94,18 @@ class FittedMLP(FittedModel):
         return result
 
     def scoring_graph(self, contract: DataContract) -> onnx.ModelProto:
-        return torch_scoring_graph(self.trained.model, contract)
+        if self.trained.calibrator is None:
+            return torch_scoring_graph(self.trained.model, contract)
+        return logit_graph_calibrated(self.trained.model, contract, self.trained.calibrator)
 
     def check_parity(self, onnx_path: Path, frame: pd.DataFrame, contract: DataContract, tolerance: float) -> float:
-        return check_parity(self.trained.model, onnx_path, frame, contract, self.vocabs, tolerance)
+        if self.trained.calibrator is None:
+            return check_parity(self.trained.model, onnx_path, frame, contract, self.vocabs, tolerance)
+        return check_calibrated_parity(self.probability(frame), onnx_path, frame, tolerance)
 
     def save(self, folder: Path) -> None:
         save_trained(folder / MODEL_FILE, self.trained.model, self.vocabs, self.threshold, self.hidden_sizes,
-                     self.dropout)
+                     self.dropout, self.trained.calibrator)
 
     @classmethod
     def load(cls, folder: Path, contract: DataContract) -> FittedModel:
@@ -78,8 +128,11 @@ class FittedTorch(FittedMLP):
 
     def save(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        torch.save({"state_dict": self.trained.model.state_dict(), "vocabs": self.vocabs,
-                    "threshold": self.threshold, "module": self.module, "params": self.params}, folder / MODEL_FILE)
+        bundle = {"state_dict": self.trained.model.state_dict(), "vocabs": self.vocabs, "threshold": self.threshold,
+                  "module": self.module, "params": self.params}
+        if self.trained.calibrator is not None:
+            bundle["calibrator"] = self.trained.calibrator.to_dict()
+        torch.save(bundle, folder / MODEL_FILE)
 
     @classmethod
     def load(cls, folder: Path, contract: DataContract) -> FittedModel:
@@ -89,7 +142,9 @@ class FittedTorch(FittedMLP):
         bundle = torch.load(path, map_location="cpu", weights_only=True)
         model = UserNetwork.build(bundle["module"], bundle["params"], contract, bundle["vocabs"])
         model.load_state_dict(bundle["state_dict"])
-        trained = TrainedModel(model=model.eval(), vocabs=bundle["vocabs"], threshold=float(bundle["threshold"]))
+        calibrator = Calibrator.from_dict(bundle["calibrator"]) if "calibrator" in bundle else None
+        trained = TrainedModel(model=model.eval(), vocabs=bundle["vocabs"], threshold=float(bundle["threshold"]),
+                               calibrator=calibrator)
         return cls(trained, contract, bundle["module"], bundle["params"])
 
 

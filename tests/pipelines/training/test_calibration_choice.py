@@ -18,12 +18,15 @@ from mlops import registry
 from mlops.calibration import top_decile_ece
 from mlops.contract import DataContract
 from mlops.errors import ConfigError
+from mlops.inference import OnnxModel
 from mlops.registry_client import activate
 from pipelines.settings import PipelineSettings
 from pipelines.splits import split_paths
 from pipelines.training.calibrators import Calibrator, choose_calibration, fit_method
+from pipelines.training.entry import run_training
 from pipelines.training.export import export_and_check
 from pipelines.training.families.bundled import family_for
+from pipelines.training.families.models import load_fitted
 from pipelines.training.family_training import train_family
 
 pytestmark = pytest.mark.unit
@@ -128,3 +131,29 @@ def test_a_family_logs_its_chosen_calibration_and_serves_it(
     assert (run.data.params["calibration"], run.data.params["calibration_setting"]) == ("isotonic", "isotonic")
     assert 0.0 <= run.data.metrics["val_ece"] < 0.05
     assert 0.0 <= run.data.metrics["val_top_decile_ece"] < 1.0
+
+
+@pytest.mark.parametrize(("family", "params"), [("mlp", {}), ("torch", {"module": "user_nets:Wide", "hidden": 8})])
+def test_the_platform_loop_serves_an_isotonic_map_after_the_networks_logit(
+        family: str, params: dict[str, object], settings: PipelineSettings, data_dir: Path, contract: DataContract,
+        tmp_path: Path) -> None:
+    """The MLP and a user's module: the map as ONNX nodes after the torch graph's logit, within the MLP's
+    parity tolerance; the run records the method."""
+    settings = settings.model_copy(update={"model_family": family, "model_params": params, "device": "cpu",
+                                           "max_epochs": 2, "calibration": "isotonic"})
+    client = registry.client(settings)
+    run_id = client.create_run(registry.ensure_experiment(settings)).info.run_id
+    paths = split_paths(data_dir)
+    outcome = run_training(paths, tmp_path / "model", str(tmp_path / "checkpoints"), run_id=run_id,
+                           settings=settings)
+    assert outcome.result is not None
+    assert outcome.result.calibration.method == "isotonic"
+    fitted = load_fitted(tmp_path / "model", contract)
+    test = pd.read_parquet(paths["test"])
+    export = export_and_check(fitted, contract, test, tmp_path / "onnx", settings.parity_tolerance, {})
+    assert export.max_abs_diff <= settings.parity_tolerance
+    served = OnnxModel(export.onnx_path).predict_proba(test).astype(np.float64)
+    np.testing.assert_allclose(served, fitted.probability(test), atol=settings.parity_tolerance)
+    run = client.get_run(run_id)
+    assert (run.data.params["model_family"], run.data.params["calibration"]) == (family, "isotonic")
+    assert {"val_ece", "val_top_decile_ece"} <= set(run.data.metrics)
