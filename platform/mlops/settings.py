@@ -55,6 +55,7 @@ PROFILES_DIR = Path(__file__).parent / "profiles"
 # this list to their classes.
 DEPLOYABLE_FIELDS = frozenset({
     "promotion_margin", "promotion_min_pr_auc_lift", "rollout", "canary_percent", "model_family", "model_params",
+    "calibration",
     "seed", "max_epochs", "patience",
     "batch_size", "learning_rate",
     "parity_tolerance", "device", "hidden_sizes", "dropout", "weight_decay", "precision", "compile_model",

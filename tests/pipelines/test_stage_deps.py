@@ -29,8 +29,9 @@ TRAIN = step_named("train")
 VENV_BIN = Path(sys.executable).parent
 # Where the training runs, not what it computes: not a stage param.
 RUN_ENVIRONMENT = {"device", "compile_model"}
-# Which model family trains, and its own parameters: train stage params beside the MLP's.
-FAMILY_SETTINGS = {"model_family", "model_params"}
+# Which model family trains, its own parameters and how its score is calibrated: train stage params
+# beside the MLP's.
+FAMILY_SETTINGS = {"model_family", "model_params", "calibration"}
 
 
 def loaded_by_python(function: str) -> set[str]:

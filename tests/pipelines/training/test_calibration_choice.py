@@ -109,6 +109,9 @@ def test_top_decile_ece_looks_at_the_highest_scores_only() -> None:
     proba = np.linspace(0.0, 1.0, 1000)
     labels = (np.random.default_rng(3).random(1000) < np.where(proba >= 0.9, proba - 0.2, proba)).astype(int)
     assert top_decile_ece(labels, proba) == pytest.approx(0.2, abs=0.06)
+    # Ties at a plateau (an isotonic map's) leave the top tenth a tenth of the rows.
+    plateau = np.where(proba >= 0.9, 0.9, 0.01)
+    assert top_decile_ece(labels, plateau) == pytest.approx(abs(0.9 - labels[proba >= 0.9].mean()), abs=1e-9)
 
 
 def test_a_family_logs_its_chosen_calibration_and_serves_it(
