@@ -11,17 +11,22 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from mlops.contract import DataContract
 from mlops.errors import ConfigError
 from mlops.inference import OnnxModel
+from mlops.model import fit_vocabularies
 from pipelines.settings import PipelineSettings
 from pipelines.splits import split_paths
+from pipelines.training.checkpoint import CheckpointStore, PreemptionFlag, TrainingPreempted
 from pipelines.training.entry import main, run_training
 from pipelines.training.export import export_and_check
+from pipelines.training.families.bundled import LoopFamily, family_for
 from pipelines.training.families.models import FittedTorch, load_fitted
 from pipelines.training.families.torch_net import UserNetwork
 from pipelines.training.trained_model import read_summary
+from pipelines.training.trainer import Checkpointing, TrainParams, train_model
 
 pytestmark = pytest.mark.unit
 
@@ -97,3 +102,27 @@ def test_the_training_command_exits_2_with_one_line(
     assert code == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("error: torch module 'user_nets:Nope' does not import")
+
+
+def test_a_preempted_user_module_resumes_to_the_same_weights(
+        splits: Splits, contract: DataContract, tmp_path: Path) -> None:
+    """The loop's SIGTERM checkpoint (the flag the signal sets, set here) holds the user's module too: the
+    rerun resumes it, bit for bit on the CPU."""
+    settings = _settings({"module": "user_nets:Wide", "hidden": 8}).model_copy(update={"max_epochs": 2})
+    params = TrainParams.from_settings(settings)
+    family = family_for(settings)
+    assert isinstance(family, LoopFamily)
+    network = family.network_builder(contract, fit_vocabularies(contract))
+    straight = train_model(splits[0], splits[1], contract, params, network=network)
+
+    store = CheckpointStore(str(tmp_path / "checkpoints"))
+    with pytest.raises(TrainingPreempted):
+        train_model(splits[0], splits[1], contract, params, network=network,
+                    checkpointing=Checkpointing(store, "f" * 64, preemption=PreemptionFlag(requested=True)))
+    checkpoint = store.latest()
+    assert checkpoint is not None
+    assert checkpoint["progress"]["global_step"] == 1  # stopped after its first step, the rest is the rerun's
+    resumed = train_model(splits[0], splits[1], contract, params, network=network,
+                          checkpointing=Checkpointing(store, "f" * 64))
+    for name, tensor in straight.model.state_dict().items():
+        assert torch.equal(tensor, resumed.model.state_dict()[name]), name
