@@ -15,21 +15,25 @@ in ONNX).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 import numpy as np
 import onnx
+import torch
 from onnx import TensorProto, helper, numpy_helper
 from scipy.special import expit
 from sklearn.isotonic import IsotonicRegression
-from sklearn.metrics import log_loss
+from sklearn.metrics import log_loss, precision_recall_curve
 from sklearn.model_selection import StratifiedKFold
 
 from mlops.calibration import calibration_report, top_decile_ece
 from mlops.errors import ConfigError
+from mlops.model import TabularMLP
 from pipelines.steps.calibration import fit_platt
 
+log = logging.getLogger(__name__)
 Method = Literal["none", "platt", "isotonic"]
 METHODS: tuple[Method, ...] = get_args(Method)
 Setting = Literal["auto", "none", "platt", "isotonic"]
@@ -173,3 +177,31 @@ def choose_calibration(logits: np.ndarray, labels: np.ndarray, setting: str, see
     return CalibrationChoice(calibrator=calibrator, setting=setting, log_loss=losses,
                              val_ece=calibration_report(labels, probability).ece,
                              val_top_decile_ece=top_decile_ece(labels, probability))
+
+
+def best_f1_threshold(labels: np.ndarray, probs: np.ndarray) -> float:
+    """The decision threshold of highest F1 on (validation) ``probs``."""
+    precision, recall, thresholds = precision_recall_curve(labels, probs)
+    # The last precision/recall pair has no threshold (recall 0 by convention).
+    p, r = precision[:-1], recall[:-1]
+    f1 = np.divide(2 * p * r, p + r, out=np.zeros_like(p), where=(p + r) > 0)
+    return float(thresholds[int(np.argmax(f1))])
+
+
+def calibrate_network(model: TabularMLP, logits: np.ndarray, labels: np.ndarray, numeric: np.ndarray,
+                      categorical: np.ndarray, setting: str, seed: int) -> tuple[CalibrationChoice, np.ndarray, float]:
+    """The platform loop's calibration of its trained ``model`` from its validation ``logits``: (choice,
+    calibrated validation probabilities, decision threshold). Platt (or none, its identity) goes into the
+    network's buffer as it always did, so its forward and graph stay the MLP's; an isotonic map stays beside
+    it (the export puts it after the graph's logit) and the buffer keeps the identity."""
+    choice = choose_calibration(logits, labels, setting, seed)
+    if choice.method == "isotonic":
+        calibrated = choice.calibrator.apply(logits)
+        log.info("isotonic calibration on validation: %d knots", len(choice.calibrator.knots[0]))
+        return choice, calibrated, best_f1_threshold(labels, calibrated)
+    scale, bias = choice.calibrator.platt
+    model.calibration.copy_(torch.tensor([scale, bias]))
+    log.info("%s calibration on validation: scale %.4f, bias %.4f", choice.method, scale, bias)
+    calibrated = 1.0 / (1.0 + np.exp(-(scale * logits + bias)))
+    # The threshold on what the network itself answers (float32), as it always was.
+    return choice, calibrated, best_f1_threshold(labels, model.predict_proba(numeric, categorical))

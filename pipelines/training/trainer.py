@@ -25,14 +25,14 @@ import pandas as pd
 import torch
 import torch.nn.functional as F  # noqa: N812  (the name torch's own documentation uses)
 from pydantic import BaseModel, ConfigDict, Field
-from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score
+from sklearn.metrics import average_precision_score, roc_auc_score
 
 from mlops.calibration import CalibrationReport, calibration_report
 from mlops.contract import DataContract
 from mlops.errors import TrainingError
 from mlops.model import TabularMLP, fit_vocabularies
 from pipelines.settings import PipelineSettings
-from pipelines.training.calibrators import CalibrationChoice, choose_calibration
+from pipelines.training.calibrators import CalibrationChoice, calibrate_network
 from pipelines.training.checkpoint import CheckpointStore, PreemptionFlag, TrainingPreempted
 from pipelines.training.data import (
     SplitArrays,
@@ -163,14 +163,6 @@ class _Logits(torch.nn.Module):
 
     def forward(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
         return self.model.logits(numeric, categorical)
-
-
-def best_f1_threshold(labels: np.ndarray, probs: np.ndarray) -> float:
-    precision, recall, thresholds = precision_recall_curve(labels, probs)
-    # The last precision/recall pair has no threshold (recall 0 by convention).
-    p, r = precision[:-1], recall[:-1]
-    f1 = np.divide(2 * p * r, p + r, out=np.zeros_like(p), where=(p + r) > 0)
-    return float(thresholds[int(np.argmax(f1))])
 
 
 @torch.no_grad()
@@ -406,20 +398,10 @@ class _Trainer:
         self.model.load_state_dict(self.best_state)
         logits = _logits(self.model, self.v_num, self.v_cat).cpu().numpy().astype(np.float64)
         labels = self.v_y.cpu().numpy()
-        choice = choose_calibration(logits, labels, self.calibration, self.params.seed)
-        uncalibrated = 1.0 / (1.0 + np.exp(-logits))
         model = self.model.cpu().eval()
-        if choice.method == "isotonic":  # the graph applies it after the network's logit (FittedMLP)
-            calibrated = choice.calibrator.apply(logits)
-            threshold = best_f1_threshold(labels, calibrated)
-            log.info("isotonic calibration on validation: %d knots", len(choice.calibrator.knots[0]))
-        else:  # Platt (or none, its identity) inside the network's forward, as it always was
-            scale, bias = choice.calibrator.platt
-            self.model.calibration.copy_(torch.tensor([scale, bias]))
-            calibrated = 1.0 / (1.0 + np.exp(-(scale * logits + bias)))
-            log.info("%s calibration on validation: scale %.4f, bias %.4f", choice.method, scale, bias)
-            threshold = best_f1_threshold(labels, model.predict_proba(self.v_num.cpu().numpy(),
-                                                                      self.v_cat.cpu().numpy()))
+        choice, calibrated, threshold = calibrate_network(model, logits, labels, self.v_num.cpu().numpy(),
+                                                          self.v_cat.cpu().numpy(), self.calibration, self.params.seed)
+        uncalibrated = 1.0 / (1.0 + np.exp(-logits))
         return TrainResult(model=model, vocabs=self.vocabs, history=p.history, system=p.system,
                            best_epoch=p.best_epoch, threshold=threshold, device=self.rank.device.type,
                            precision="bf16" if self.bf16 else "fp32", world_size=self.rank.world_size,

@@ -68,6 +68,9 @@ def test_an_xgboost_run_registers_a_version_named_after_its_family(xgboost_run: 
     run = client.get_run(outcome.run_id)
     assert run.data.params["model_family"] == "xgboost"
     assert '"n_estimators": 80' in run.data.params["model_params"]
+    # The calibration chosen on validation, with its error among the highest scores (issue 40, point 3).
+    assert run.data.params["calibration"] in {"none", "platt", "isotonic"}
+    assert {"val_ece", "val_top_decile_ece", "val_log_loss_isotonic"} <= set(run.data.metrics)
     assert run.data.tags["mlflow.runName"] == f"{settings.pipeline_name} v1 xgboost promote"
     card = client.get_model_version(settings.model_name, "1").description
     assert "- family: `xgboost`, parameters `" in str(card)

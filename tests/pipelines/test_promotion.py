@@ -18,7 +18,7 @@ from sklearn.metrics import average_precision_score, f1_score
 
 from mlops.data.generator import generate_transactions
 from pipelines.steps.promotion import PromotionRule, decide, f1_from_counts, paired_f1_gain_interval
-from pipelines.training.trainer import best_f1_threshold
+from pipelines.training.calibrators import best_f1_threshold
 
 pytestmark = pytest.mark.unit
 

@@ -32,9 +32,10 @@ from pipelines.orchestration.records import ExportRecord
 from pipelines.orchestration.tasks import evaluate_task
 from pipelines.settings import PipelineSettings
 from pipelines.steps.evaluate import EvaluationReport, QualityGates, evaluate
+from pipelines.training.calibrators import best_f1_threshold
 from pipelines.training.entry import run_training
 from pipelines.training.export import ExportResult, log_model_to_mlflow
-from pipelines.training.trainer import TrainParams, TrainResult, best_f1_threshold, train_model
+from pipelines.training.trainer import TrainParams, TrainResult, train_model
 
 pytestmark = pytest.mark.unit
 
