@@ -51,6 +51,16 @@ def _metric_rows(candidate: Metrics, production: Metrics | None) -> list[str]:
     return rows
 
 
+def _calibration_choice(params: dict[str, str], metrics: dict[str, float]) -> str:
+    """Which map calibrates the score and why: the top-decile error is the one the estimate before labels
+    leans on."""
+    errors = ", ".join(f"{label} {metrics[key]:.4f}" for label, key in (
+        ("ECE", "val_ece"), ("top-decile ECE", "val_top_decile_ece")) if key in metrics)
+    setting = _cell(params.get("calibration_setting", "?"))
+    measured = f"; validation {errors}" if errors else ""
+    return f"Calibration map: `{_cell(params['calibration'])}` (setting `{setting}`{measured})."
+
+
 def render_model_card(report: EvaluationReport, *, model_name: str, version: str, run: Run) -> str:
     """The card of ``version``, registered from ``run`` after evaluate wrote ``report``."""
     params, tags = run.data.params, run.data.tags
@@ -79,6 +89,8 @@ def render_model_card(report: EvaluationReport, *, model_name: str, version: str
         lines += ["", "## Calibration", "",
                   f"Brier score {report.calibration.brier:.4f}, expected calibration error "
                   f"{report.calibration.ece:.4f} (test split, {len(report.calibration.bins)} bins)."]
+        if "calibration" in params:  # runs from before the choice carry none: Platt
+            lines += ["", _calibration_choice(params, run.data.metrics)]
     if report.slices:
         lines += ["", "## Slices", "", "| slice | rows | positives | F1 | precision | recall |",
                   "|---|---|---|---|---|---|"]

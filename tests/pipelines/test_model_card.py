@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from mlflow.entities import Param, Run, RunData, RunInfo, RunTag
+from mlflow.entities import Metric, Param, Run, RunData, RunInfo, RunTag
 
 from mlops.calibration import CalibrationReport
 from pipelines.model_card import render_model_card
@@ -85,3 +85,12 @@ def test_the_card_names_the_model_family_and_its_parameters() -> None:
     card = render_model_card(_report("promote", "r"), model_name="m", version="1", run=run)
     assert '## Model\n\n- family: `xgboost`, parameters `{"max_depth": 4}`\n\n## Data' in card
     assert "## Model" not in render_model_card(_report("promote", "r"), model_name="m", version="1", run=RUN)
+
+
+def test_the_card_names_the_calibration_chosen_on_validation() -> None:
+    params = {**RUN.data.params, "calibration": "isotonic", "calibration_setting": "auto"}
+    metrics = {**RUN.data.metrics, "val_ece": 0.0031, "val_top_decile_ece": 0.0195}
+    run = Run(RUN.info, RunData(metrics=[Metric(k, v, 0, 0) for k, v in metrics.items()],
+                                params=[Param(k, v) for k, v in params.items()]))
+    card = render_model_card(_report("promote", "r"), model_name="m", version="1", run=run)
+    assert "Calibration map: `isotonic` (setting `auto`; validation ECE 0.0031, top-decile ECE 0.0195)." in card
