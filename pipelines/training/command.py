@@ -115,8 +115,10 @@ def reproduce(run_id: str, out_dir: Path, settings: PipelineSettings) -> tuple[T
     """Re-run ``run_id`` from its recorded inputs in a new run; returns the report and {name: (then, now)}."""
     with tempfile.TemporaryDirectory() as tmp:
         original, params, paths = recorded_inputs(settings, run_id, Path(tmp) / "data")
-        # The family the run trained, whatever this environment's setting says.
-        settings = settings.model_copy(update={"model_family": MLPFamily.name})
+        # The family and the calibration setting the run trained with, whatever this environment's settings
+        # say; runs from before the calibration was a choice were calibrated by Platt.
+        calibration = original.data.params.get("calibration_setting", "platt")
+        settings = settings.model_copy(update={"model_family": MLPFamily.name, "calibration": calibration})
         again = new_run(settings, {"entry": "mlops train --reproduce", "reproduces": run_id})
         # A fresh checkpoint folder: resuming the original's final checkpoint would prove nothing.
         report = train_and_export(paths, out_dir, str(Path(tmp) / "checkpoints"), settings, run_id=again,

@@ -87,7 +87,10 @@ def test_single_run_lists_its_three_splits_as_mlflow_datasets(home: Path, data_d
         assert {c["name"] for c in json.loads(str(dataset.schema))["mlflow_colspec"]} == set(frame.columns)
 
 
-def test_reproduce_gives_identical_metrics_and_onnx_hash(home: Path, single_run: str) -> None:
+def test_reproduce_gives_identical_metrics_and_onnx_hash(home: Path, single_run: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # Another calibration setting here: the reproduction calibrates as the run recorded, not as this says.
+    monkeypatch.setenv("MLOPS_CALIBRATION", "none")
     result = runner.invoke(app, ["train", "--reproduce", single_run, "--out-dir", str(home / "again")])
     assert result.exit_code == 0, result.output
     client = _client(home)
@@ -98,6 +101,7 @@ def test_reproduce_gives_identical_metrics_and_onnx_hash(home: Path, single_run:
     assert {"test_f1", "test_brier", "test_brier_uncalibrated"} <= test_metrics.keys()
     assert {k: again.data.metrics[k] for k in test_metrics} == test_metrics
     assert again.data.tags["onnx_sha256"] == original.data.tags["onnx_sha256"]
+    assert again.data.params["calibration_setting"] == original.data.params["calibration_setting"] == "auto"
     assert "NO" not in result.output
 
 
