@@ -47,11 +47,13 @@ test-fast: setup
 	$(PY) -m pytest -q -m unit -p randomly --randomly-seed=$(TEST_SEED) -n 2 --dist loadscope
 
 # The import contracts ([tool.importlinter] in pyproject.toml): the layers, and what serving never loads.
+# Each folder's conftest.py is checked alone, with tests/served_platform.py beside it (the serving and
+# benchmarks conftests import it; alone, mypy would not find it and would type it Any).
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-logo
 	$(VENV)/bin/mypy platform pipelines serving monitoring feature_repo infra tests
-	for conftest in tests/*/conftest.py; do $(VENV)/bin/mypy $$conftest || exit 1; done
+	for conftest in tests/*/conftest.py; do $(VENV)/bin/mypy $$conftest tests/served_platform.py || exit 1; done
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 # The documentation site (mkdocs.yml, pages under docs/) into site/, offline.

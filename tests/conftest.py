@@ -21,8 +21,9 @@ from mlops.feature_replay import replay_features
 from mlops.settings import BUNDLED_CONTRACT
 from pipelines.settings import PipelineSettings
 
-# tier_markers: every test's tier checked at collection; pytester: the suite's own hooks are tested.
-pytest_plugins = ("tier_markers", "pytester")
+# tier_markers: every test's tier checked at collection; stray_stores: no MLflow store left in the working
+# directory; pytester: the suite's own hooks are tested.
+pytest_plugins = ("tier_markers", "stray_stores", "pytester")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,12 +1,12 @@
 """The served platform the serving tests share: a real registry and feature store.
 
-No mocks: building it generates transactions, publishes and materializes features, trains a
-small model, exports it, logs, registers and promotes it (about a minute on two cores). That is
-done once per run, whatever the number of xdist workers (tests/serving/conftest.py); each module
-gets a copy of the built home, so
-what one module's tests record, register or promote never reaches another's. The copies' registry
-and feature definitions still name the built home's files (model artifacts, the offline source),
-which every module only reads.
+No mocks: building it generates transactions, publishes and materializes features, trains a small
+model, exports it, logs, registers and promotes it (about a minute on two cores). That is done once
+per run, whatever the number of xdist workers (the ``built`` fixtures of tests/serving and
+tests/benchmarks share it); each module gets a copy of the built home, so what one module's tests
+record, register or promote never reaches another's. The copies' registry and feature definitions
+still name the built home's files (model artifacts, the offline source), which every module only
+reads.
 """
 
 from __future__ import annotations
