@@ -327,7 +327,9 @@ class _Trainer:
             # Across ranks the flag costs an all-reduce and a host sync, so ranks compare it every few steps.
             check = not self.rank.distributed or (step + 1) % _PREEMPTION_CHECK_EVERY == 0 or step + 1 == steps
             preempted = self.ckpt is not None and check and any_rank(self.ckpt.preemption.requested, self.rank)
-            if preempted or (self.ckpt is not None and time.monotonic() - last_save > self.ckpt.interval_s):
+            # The interval's checkpoint skips an epoch's last step: _end_epoch writes that step's next.
+            interval_due = self.ckpt is not None and time.monotonic() - last_save > self.ckpt.interval_s
+            if preempted or (interval_due and step + 1 < steps):
                 p.loss_sum = float(running)
                 self._tick()
                 self._save()
