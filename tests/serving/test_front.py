@@ -114,7 +114,10 @@ from test_front import _app
 app, _ = _app()  # created before the fork, as a preloading server does
 child = os.fork()
 with TestClient(app) as client:
-    print(("child" if child == 0 else "parent"), client.post("/models/m/echo").headers["x-request-id"], flush=True)
+    role, request_id = ("child" if child == 0 else "parent"), client.post("/models/m/echo").headers["x-request-id"]
+    # One write per line: both processes share the pipe, and print (unbuffered under PYTHONUNBUFFERED)
+    # writes the text and its newline separately, so the two lines could interleave.
+    os.write(1, f"{role} {request_id}\\n".encode())
 if child:
     os.waitpid(child, 0)
 """
