@@ -20,8 +20,6 @@ from mlops.data.generator import generate_transactions
 from pipelines.steps.promotion import PromotionRule, decide, f1_from_counts, paired_f1_gain_interval
 from pipelines.training.calibrators import best_f1_threshold
 
-pytestmark = pytest.mark.unit
-
 RULE = PromotionRule(margin=0.02)
 ALL_FIELDS = ("channel", "country", "merchant_category")
 
@@ -74,6 +72,7 @@ def production(data: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]) -> Model:
     return Model(train, val)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_a_model_trained_on_shuffled_labels_is_rejected_by_the_baseline(
         data: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame], production: Model, seed: int) -> None:
@@ -87,6 +86,7 @@ def test_a_model_trained_on_shuffled_labels_is_rejected_by_the_baseline(
     assert "ranks no better than a constant score" in reason
 
 
+@pytest.mark.integration
 def test_a_truly_better_model_is_promoted_with_its_numbers(
         data: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]) -> None:
     train, val, test = data
@@ -99,6 +99,7 @@ def test_a_truly_better_model_is_promoted_with_its_numbers(
     assert f"{strong_f1 - weak_f1:+.4f}" in reason
 
 
+@pytest.mark.integration
 def test_an_equal_model_is_rejected_by_its_interval(data: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
                                                     production: Model) -> None:
     decision, reason, _, _ = _decide(production, production, data[2])
@@ -107,6 +108,7 @@ def test_an_equal_model_is_rejected_by_its_interval(data: tuple[pd.DataFrame, pd
     assert "lower bound below margin 0.02" in reason
 
 
+@pytest.mark.integration
 def test_without_production_the_baseline_still_decides(
         data: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame], production: Model) -> None:
     decision, reason, _, _ = _decide(production, None, data[2])
@@ -119,6 +121,7 @@ def test_without_production_the_baseline_still_decides(
     assert refused[2].pr_auc_lift == pytest.approx(1.0)
 
 
+@pytest.mark.unit
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.booleans(), st.booleans()), min_size=1, max_size=60))
 def test_f1_from_counts_is_scikit_learns(pairs: list[tuple[bool, bool]]) -> None:
@@ -128,6 +131,7 @@ def test_f1_from_counts_is_scikit_learns(pairs: list[tuple[bool, bool]]) -> None
         f1_score(truth, flags, zero_division=0))
 
 
+@pytest.mark.unit
 def test_the_paired_bootstrap_equals_resampling_rows() -> None:
     rng = np.random.default_rng(9)
     labels = (rng.random(3_000) < 0.05).astype(int)

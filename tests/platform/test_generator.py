@@ -24,8 +24,6 @@ from mlops.data.generator import (
     write_transactions,
 )
 
-pytestmark = pytest.mark.unit
-
 N = 20_000
 SEED = 3
 
@@ -42,10 +40,12 @@ def _drifted(scenario: Scenario) -> pd.DataFrame:
     return frame
 
 
+@pytest.mark.unit
 def test_same_seed_gives_identical_frame(base: pd.DataFrame) -> None:
     assert_frame_equal(generate_transactions(N, seed=SEED), base)
 
 
+@pytest.mark.unit
 def test_different_seed_gives_different_frame(base: pd.DataFrame) -> None:
     other = generate_transactions(N, seed=SEED + 1)
     assert not other["amount"].equals(base["amount"])
@@ -53,6 +53,7 @@ def test_different_seed_gives_different_frame(base: pd.DataFrame) -> None:
     assert not other["event_timestamp"].equals(base["event_timestamp"])
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("rate", [0.005, 0.015, 0.05])
 def test_fraud_rate_close_to_requested(rate: float) -> None:
     frame = generate_transactions(10_000, seed=11, fraud_rate=rate)
@@ -60,6 +61,7 @@ def test_fraud_rate_close_to_requested(rate: float) -> None:
     assert abs(frame["is_fraud"].mean() - rate) < 0.001
 
 
+@pytest.mark.unit
 def test_generated_values_satisfy_the_contract(base: pd.DataFrame, contract: DataContract) -> None:
     assert list(base.columns) == [c.name for c in contract.columns]
     assert len(base) == N
@@ -80,6 +82,7 @@ def test_generated_values_satisfy_the_contract(base: pd.DataFrame, contract: Dat
     assert ((base["amount"] * 100).round() - base["amount"] * 100).abs().max() < 1e-6
 
 
+@pytest.mark.unit
 def test_timestamps_span_requested_days() -> None:
     start = pd.Timestamp("2025-03-01", tz="UTC")
     frame = generate_transactions(2_000, seed=4, days=10, start=start.to_pydatetime())
@@ -88,6 +91,7 @@ def test_timestamps_span_requested_days() -> None:
     assert frame["event_timestamp"].max() - frame["event_timestamp"].min() > pd.Timedelta(days=9)
 
 
+@pytest.mark.unit
 def test_frauds_are_larger_more_online_and_from_riskier_countries(base: pd.DataFrame) -> None:
     fraud = base[base["is_fraud"] == 1]
     legit = base[base["is_fraud"] == 0]
@@ -100,6 +104,7 @@ def test_frauds_are_larger_more_online_and_from_riskier_countries(base: pd.DataF
     assert fraud_risky > legit_risky + 0.2
 
 
+@pytest.mark.unit
 def test_fraud_comes_in_bursts_per_customer(base: pd.DataFrame) -> None:
     fraud = base[base["is_fraud"] == 1].sort_values(["customer_id", "event_timestamp"])
     gap = fraud.groupby("customer_id")["event_timestamp"].diff()
@@ -109,6 +114,7 @@ def test_fraud_comes_in_bursts_per_customer(base: pd.DataFrame) -> None:
     assert in_burst.mean() > 0.95
 
 
+@pytest.mark.unit
 def test_amount_inflation_scales_amounts_only(base: pd.DataFrame) -> None:
     drifted = _drifted("amount_inflation")
     ratio = drifted["amount"].sum() / base["amount"].sum()
@@ -117,6 +123,7 @@ def test_amount_inflation_scales_amounts_only(base: pd.DataFrame) -> None:
     assert_frame_equal(drifted.drop(columns="amount"), base.drop(columns="amount"))
 
 
+@pytest.mark.unit
 def test_online_shift_raises_online_share(base: pd.DataFrame) -> None:
     drifted = _drifted("online_shift")
     before = (base["channel"] == "online").mean()
@@ -126,12 +133,14 @@ def test_online_shift_raises_online_share(base: pd.DataFrame) -> None:
     assert_series_equal(drifted["amount"], base["amount"])
 
 
+@pytest.mark.unit
 def test_fraud_surge_raises_fraud_rate(base: pd.DataFrame) -> None:
     drifted = _drifted("fraud_surge")
     assert drifted["is_fraud"].mean() == pytest.approx(3 * base["is_fraud"].mean(), rel=0.05)
     assert len(drifted) == N
 
 
+@pytest.mark.unit
 def test_new_countries_raises_risky_country_share(base: pd.DataFrame) -> None:
     drifted = _drifted("new_countries")
     before = base["country"].isin(RISKY_COUNTRIES).mean()
@@ -141,21 +150,25 @@ def test_new_countries_raises_risky_country_share(base: pd.DataFrame) -> None:
     assert_series_equal(drifted["amount"], base["amount"])
 
 
+@pytest.mark.unit
 def test_none_scenario_is_the_default(base: pd.DataFrame) -> None:
     assert "none" in SCENARIOS
     assert_frame_equal(_drifted("none"), base)
 
 
+@pytest.mark.unit
 def test_unknown_scenario_raises_value_error() -> None:
     with pytest.raises(ValueError, match="unknown scenario 'meteor'"):
         generate_transactions(1_000, scenario="meteor")  # type: ignore[arg-type]
 
 
+@pytest.mark.unit
 def test_too_few_rows_raises_value_error() -> None:
     with pytest.raises(ValueError, match="at least 100"):
         generate_transactions(99)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("rate", "scenario"), [(-0.01, "none"), (0.2, "fraud_surge")])
 def test_impossible_fraud_rates_are_refused(rate: float, scenario: Scenario) -> None:
     with pytest.raises(ValueError, match="fraud rate"):
@@ -179,6 +192,7 @@ def _share_gap(fraud: pd.Series, legit: pd.Series) -> float:
                  .abs().sum())
 
 
+@pytest.mark.unit
 def test_night_fraud_happens_at_night_and_legit_use_by_day(night: pd.DataFrame, contract: DataContract) -> None:
     fraud = night["is_fraud"] == 1
     assert night["is_fraud"].mean() == pytest.approx(0.015, abs=0.001)
@@ -188,6 +202,7 @@ def test_night_fraud_happens_at_night_and_legit_use_by_day(night: pd.DataFrame, 
     assert night["event_timestamp"].is_monotonic_increasing
 
 
+@pytest.mark.unit
 def test_night_fraud_looks_like_everyday_spend(night: pd.DataFrame) -> None:
     fraud, legit = night[night["is_fraud"] == 1], night[night["is_fraud"] == 0]
     assert ks_2samp(fraud["amount"], legit["amount"]).statistic < 0.1
@@ -200,6 +215,7 @@ def test_night_fraud_looks_like_everyday_spend(night: pd.DataFrame) -> None:
     assert (gap <= pd.Timedelta(hours=1)).mean() < 0.02
 
 
+@pytest.mark.integration
 def test_night_fraud_is_learnable_only_from_the_hour(night: pd.DataFrame) -> None:
     raw = pd.DataFrame({"amount": night["amount"], **{c: night[c].astype("category")
                                                     for c in ("merchant_category", "channel", "country")}})
@@ -219,6 +235,7 @@ def test_night_fraud_is_learnable_only_from_the_hour(night: pd.DataFrame) -> Non
     assert with_hour > 1.5 * blind
 
 
+@pytest.mark.unit
 def test_categories_and_ranges_come_from_the_contract(contract: DataContract) -> None:
     def reshaped(name: str, **update: object) -> object:
         return contract.column(name).model_copy(update=update)
@@ -238,12 +255,14 @@ def test_categories_and_ranges_come_from_the_contract(contract: DataContract) ->
     assert frame["is_fraud"].mean() == pytest.approx(0.015, abs=0.002)
 
 
+@pytest.mark.unit
 def test_a_contract_without_the_generated_columns_is_refused(contract: DataContract) -> None:
     thin = contract.model_copy(update={"columns": tuple(c for c in contract.columns if c.name != "channel")})
     with pytest.raises(ValueError, match=r"lacks the columns the generator writes: \['channel'\]"):
         generate_transactions(500, contract=thin)
 
 
+@pytest.mark.unit
 def test_scenarios_other_than_night_fraud_keep_the_time_of_day_flat(base: pd.DataFrame) -> None:
     hours = np.bincount(base["event_timestamp"].dt.hour, minlength=24) / len(base)
     assert hours.min() > 0.6 / 24
@@ -258,12 +277,14 @@ _PINNED_ROWS = {
 }
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_the_same_seed_gives_the_rows_it_always_gave(scenario: Scenario) -> None:
     frame = generate_transactions(3000, seed=11, scenario=scenario)
     assert hashlib.sha256(frame.to_csv(index=False).encode()).hexdigest()[:16] == _PINNED_ROWS[scenario]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("suffix", [".parquet", ".csv"])
 def test_writing_in_chunks_gives_the_generated_rows(tmp_path: Path, suffix: str) -> None:
     out = tmp_path / f"tx{suffix}"
@@ -277,6 +298,7 @@ def test_writing_in_chunks_gives_the_generated_rows(tmp_path: Path, suffix: str)
     assert share == frame["is_fraud"].mean()
 
 
+@pytest.mark.unit
 def test_a_longer_stream_keeps_a_smaller_datasets_population() -> None:
     """population_rows: the customers and merchants of the smaller dataset (the same homes), each as
     active a day, so a longer stream is the traffic that follows it, not a larger population."""

@@ -29,8 +29,6 @@ from pipelines.training.families.bundled import family_for
 from pipelines.training.families.models import load_fitted
 from pipelines.training.family_training import train_family
 
-pytestmark = pytest.mark.unit
-
 ROWS = 20_000
 
 
@@ -43,6 +41,7 @@ def _logits(seed: int = 1) -> np.ndarray:
     return np.random.default_rng(seed).normal(-3.0, 2.0, ROWS)
 
 
+@pytest.mark.unit
 def test_a_step_shaped_truth_picks_isotonic() -> None:
     """The truth is monotone but no sigmoid of the logit (a plateau, then a jump): isotonic fits it."""
     z = _logits()
@@ -54,6 +53,7 @@ def test_a_step_shaped_truth_picks_isotonic() -> None:
     assert choice.val_top_decile_ece < 0.02
 
 
+@pytest.mark.unit
 def test_a_sigmoid_shaped_truth_beats_none() -> None:
     """A class-weighted score: sigmoid(0.7 z - 2) is the truth. Platt or isotonic, well below none."""
     z = _logits()
@@ -65,6 +65,7 @@ def test_a_sigmoid_shaped_truth_beats_none() -> None:
     assert platt == pytest.approx((0.7, -2.0), abs=0.1)
 
 
+@pytest.mark.unit
 def test_a_forced_method_is_fitted_without_choosing() -> None:
     z = _logits()
     labels, _ = _scores(1 / (1 + np.exp(-z)))
@@ -85,6 +86,7 @@ def _onnx_map(calibrator: Calibrator, logits: np.ndarray) -> np.ndarray:
     return np.asarray(session.run(None, {"logit": logits.astype(np.float32)})[0], dtype=np.float64)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("method", ["isotonic", "platt", "none"])
 def test_the_onnx_map_equals_the_numpy_map(method: str) -> None:
     """On the fitted map's own knots, between them and far beyond both ends, to float32 rounding."""
@@ -97,6 +99,7 @@ def test_the_onnx_map_equals_the_numpy_map(method: str) -> None:
     assert Calibrator.from_dict(json.loads(json.dumps(calibrator.to_dict()))) == calibrator
 
 
+@pytest.mark.unit
 def test_a_constant_isotonic_map_still_has_a_segment() -> None:
     z = _logits()[:200]
     calibrator = fit_method("isotonic", z, np.zeros(200, dtype=np.int64))
@@ -104,6 +107,7 @@ def test_a_constant_isotonic_map_still_has_a_segment() -> None:
     np.testing.assert_allclose(_onnx_map(calibrator, z), 0.0, atol=1e-7)
 
 
+@pytest.mark.unit
 def test_top_decile_ece_looks_at_the_highest_scores_only() -> None:
     """Right on average, off by 0.2 at the top: the top-decile ECE sees it."""
     proba = np.linspace(0.0, 1.0, 1000)
@@ -114,6 +118,7 @@ def test_top_decile_ece_looks_at_the_highest_scores_only() -> None:
     assert top_decile_ece(labels, plateau) == pytest.approx(abs(0.9 - labels[proba >= 0.9].mean()), abs=1e-9)
 
 
+@pytest.mark.integration
 def test_a_family_logs_its_chosen_calibration_and_serves_it(
         settings: PipelineSettings, data_dir: Path, contract: DataContract, tmp_path: Path) -> None:
     """A forced isotonic map on an xgboost model: in the served graph within the family's parity rule, and
@@ -136,6 +141,7 @@ def test_a_family_logs_its_chosen_calibration_and_serves_it(
     assert 0.0 <= run.data.metrics["val_top_decile_ece"] < 1.0
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(("family", "params"), [("mlp", {}), ("torch", {"module": "user_nets:Wide", "hidden": 8})])
 def test_the_platform_loop_serves_an_isotonic_map_after_the_networks_logit(
         family: str, params: dict[str, object], settings: PipelineSettings, data_dir: Path, contract: DataContract,

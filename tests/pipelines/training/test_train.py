@@ -27,8 +27,6 @@ from pipelines.training.tracking import log_training, params_from_run
 from pipelines.training.trained_model import load_trained, save_trained
 from pipelines.training.trainer import EpochMetrics, TrainParams, TrainResult, train_model
 
-pytestmark = pytest.mark.unit
-
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 
 PARAMS = TrainParams.from_settings(
@@ -75,6 +73,7 @@ def _scores(result: TrainResult, frame: pd.DataFrame, contract: DataContract) ->
     return result.model.predict_proba(*encode(frame, contract, result.vocabs))
 
 
+@pytest.mark.unit
 def test_params_come_from_settings() -> None:
     params = TrainParams.from_settings(PipelineSettings(seed=5, max_epochs=3, device="cpu"))
     assert (params.seed, params.max_epochs, params.device) == (5, 3, "cpu")
@@ -84,6 +83,7 @@ def test_params_come_from_settings() -> None:
         TrainParams.model_validate({"seed": 1, "epochs": 3})
 
 
+@pytest.mark.integration
 def test_training_keeps_the_best_epoch_and_stops_patience_epochs_after_it(trained: Trained, splits: Splits) -> None:
     result, seen = trained.result, trained.seen
     assert result.rows_per_epoch == len(splits[0])  # no downsampling by default
@@ -106,6 +106,7 @@ def test_training_keeps_the_best_epoch_and_stops_patience_epochs_after_it(traine
     assert sum(result.rows_per_epoch / s.samples_per_s for s in result.system) <= result.seconds
 
 
+@pytest.mark.integration
 def test_threshold_is_chosen_on_calibrated_validation_scores(
     trained: Trained, splits: Splits, contract: DataContract
 ) -> None:
@@ -116,6 +117,7 @@ def test_threshold_is_chosen_on_calibrated_validation_scores(
     assert result.threshold == expected
 
 
+@pytest.mark.integration
 def test_calibration_lowers_validation_ece(trained: Trained) -> None:
     result = trained.result
     # Class weights inflate raw scores; Platt scaling on validation brings them back to the fraud rate.
@@ -125,6 +127,7 @@ def test_calibration_lowers_validation_ece(trained: Trained) -> None:
     assert (scale, bias) != (1.0, 0.0)
 
 
+@pytest.mark.integration
 def test_model_beats_random(
     trained: Trained, splits: Splits, contract: DataContract
 ) -> None:
@@ -136,6 +139,7 @@ def test_model_beats_random(
     assert roc_auc_score(val[contract.label_column], probs) == pytest.approx(result.best.val_roc_auc)
 
 
+@pytest.mark.integration
 def test_same_seed_same_model(
     trained: Trained, splits: Splits, contract: DataContract
 ) -> None:
@@ -146,6 +150,7 @@ def test_same_seed_same_model(
     np.testing.assert_array_equal(_scores(again, splits[2], contract), _scores(first, splits[2], contract))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("label", [0, 1])
 def test_single_class_labels_fail_clearly(label: int, splits: Splits, contract: DataContract) -> None:
     train = splits[0].assign(**{contract.label_column: label})
@@ -153,6 +158,7 @@ def test_single_class_labels_fail_clearly(label: int, splits: Splits, contract: 
         train_model(train, splits[1], contract, PARAMS)
 
 
+@pytest.mark.unit
 def test_missing_feature_values_fail_clearly(splits: Splits, contract: DataContract) -> None:
     train = splits[0].copy()
     train.loc[train.index[3], "customer_amount_mean_7d"] = np.nan
@@ -160,6 +166,7 @@ def test_missing_feature_values_fail_clearly(splits: Splits, contract: DataContr
         train_model(train, splits[1], contract, PARAMS)
 
 
+@pytest.mark.integration
 def test_bf16_autocast_trains_on_cpu(
     trained: Trained, splits: Splits, contract: DataContract
 ) -> None:
@@ -173,6 +180,7 @@ def test_bf16_autocast_trains_on_cpu(
     assert roc_auc_score(splits[1][contract.label_column], _scores(result, splits[1], contract)) > 0.7
 
 
+@pytest.mark.integration
 def test_export_and_check_keeps_parity_and_threshold(
     trained: Trained, exported: ExportResult, splits: Splits,
     contract: DataContract,
@@ -186,6 +194,7 @@ def test_export_and_check_keeps_parity_and_threshold(
     np.testing.assert_allclose(scorer.predict_proba(splits[2]), expected, atol=1e-5)
 
 
+@pytest.mark.integration
 def test_log_training_records_inputs_and_model(
     tracking_uri: str, tmp_path: Path, trained: Trained,
     exported: ExportResult, splits: Splits, data_dir: Path,
@@ -230,6 +239,7 @@ def test_log_training_records_inputs_and_model(
     )
 
 
+@pytest.mark.integration
 def test_trained_model_file_round_trips(
     trained: Trained, splits: Splits, contract: DataContract, tmp_path: Path
 ) -> None:
@@ -242,6 +252,7 @@ def test_trained_model_file_round_trips(
                                   _scores(result, splits[2], contract))
 
 
+@pytest.mark.integration
 def test_architecture_comes_from_settings(splits: Splits, contract: DataContract) -> None:
     params = PARAMS.model_copy(update={"hidden_sizes": (16,), "max_epochs": 1, "dropout": 0.0})
     result = train_model(splits[0], splits[1], contract, params)
@@ -255,6 +266,7 @@ def downsampled(splits: Splits, contract: DataContract) -> TrainResult:
     return train_model(splits[0], splits[1], contract, params)
 
 
+@pytest.mark.integration
 def test_negative_downsampling_trains_on_every_fraud_and_a_share_of_the_rest(
     downsampled: TrainResult, splits: Splits, contract: DataContract
 ) -> None:
@@ -267,6 +279,7 @@ def test_negative_downsampling_trains_on_every_fraud_and_a_share_of_the_rest(
     assert downsampled.val_calibrated.ece < downsampled.val_uncalibrated.ece
 
 
+@pytest.mark.integration
 def test_epoch_row_cap_keeps_every_positive_and_samples_the_negatives_down_to_it(
     splits: Splits, contract: DataContract
 ) -> None:
@@ -285,6 +298,7 @@ def test_epoch_row_cap_keeps_every_positive_and_samples_the_negatives_down_to_it
     assert train_model(splits[0], splits[1], contract, uncapped).rows_per_epoch == positives + negatives
 
 
+@pytest.mark.integration
 def test_time_budget_stops_training_and_keeps_a_calibrated_model(splits: Splits, contract: DataContract) -> None:
     params = PARAMS.model_copy(update={"max_epochs": 500, "patience": 500, "max_train_seconds": 0.05})
     result = train_model(splits[0], splits[1], contract, params)

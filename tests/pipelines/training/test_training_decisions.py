@@ -37,8 +37,6 @@ from pipelines.training.entry import run_training
 from pipelines.training.export import ExportResult, log_model_to_mlflow
 from pipelines.training.trainer import TrainParams, TrainResult, train_model
 
-pytestmark = pytest.mark.unit
-
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 
 LABEL_NOISE = 0.25  # share of frauds relabelled legit; as many legit rows become fraud
@@ -95,11 +93,13 @@ def _mlp_weights(model: TabularMLP) -> list[torch.Tensor]:
     return [p.detach().clone() for p in model.mlp.parameters()]
 
 
+@pytest.mark.integration
 def test_noisy_fixture_is_not_separable(trained: TrainResult) -> None:
     # The premise of every test below: a model can rank these rows only partly right.
     assert 0.6 < trained.best.val_roc_auc < 0.95
 
 
+@pytest.mark.integration
 def test_early_stopping_fires_patience_epochs_after_the_best(trained: TrainResult) -> None:
     epochs = len(trained.history)
     assert epochs < PARAMS.max_epochs
@@ -108,6 +108,7 @@ def test_early_stopping_fires_patience_epochs_after_the_best(trained: TrainResul
     assert all(later <= trained.best.val_pr_auc for later in pr_aucs[trained.best_epoch:])
 
 
+@pytest.mark.integration
 def test_class_weights_lift_raw_scores_above_the_fraud_rate(
     trained: TrainResult, noisy: Splits, contract: DataContract
 ) -> None:
@@ -124,6 +125,7 @@ def test_class_weights_lift_raw_scores_above_the_fraud_rate(
     assert float(trained.model.calibration[1]) < -1.0
 
 
+@pytest.mark.integration
 def test_chosen_threshold_maximises_validation_f1(
     trained: TrainResult, noisy: Splits, contract: DataContract
 ) -> None:
@@ -153,10 +155,12 @@ def test_chosen_threshold_maximises_validation_f1(
     ],
     ids=["middle", "strictest", "loosest", "top-score-legit"],
 )
+@pytest.mark.unit
 def test_best_f1_threshold_on_hand_made_scores(labels: list[int], probs: list[float], expected: float) -> None:
     assert best_f1_threshold(np.array(labels), np.array(probs)) == pytest.approx(expected)
 
 
+@pytest.mark.unit
 def test_train_params_are_read_from_settings() -> None:
     settings = PipelineSettings(seed=5, max_epochs=7, patience=3, batch_size=64, learning_rate=3e-3, device="cpu")
     params = TrainParams.from_settings(settings)
@@ -164,6 +168,7 @@ def test_train_params_are_read_from_settings() -> None:
         5, 7, 3, 64, 3e-3)
 
 
+@pytest.mark.integration
 def test_different_seeds_give_different_models(noisy: Splits, contract: DataContract) -> None:
     one_epoch = {"max_epochs": 1}
     first = train_model(noisy[0], noisy[1], contract, PARAMS.model_copy(update=one_epoch))
@@ -174,6 +179,7 @@ def test_different_seeds_give_different_models(noisy: Splits, contract: DataCont
                                                      strict=True))
 
 
+@pytest.mark.integration
 def test_configured_seed_draws_the_initial_weights(
     noisy: Splits, contract: DataContract, tmp_path: Path
 ) -> None:
@@ -203,6 +209,7 @@ def _evaluate(noisy: Splits, contract: DataContract, candidate: OnnxModel, produ
     return evaluate(noisy[2], contract, candidate, production, "1", margin, out_dir, train=noisy[0], gates=NO_GATES)
 
 
+@pytest.mark.integration
 def test_evaluate_scores_production_at_its_own_threshold(
     onnx_at: dict[str, OnnxModel], noisy: Splits, contract: DataContract, tmp_path: Path
 ) -> None:
@@ -220,6 +227,7 @@ def test_evaluate_scores_production_at_its_own_threshold(
     assert report.decision == "reject"
 
 
+@pytest.mark.integration
 def test_evaluate_applies_the_margin_from_settings_to_the_gains_lower_bound(
     onnx_at: dict[str, OnnxModel], noisy: Splits, contract: DataContract, tmp_path: Path,
 ) -> None:
@@ -254,6 +262,7 @@ def home_with_margin(mlflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iter
     mlflow.set_registry_uri(None)  # type: ignore[arg-type]
 
 
+@pytest.mark.integration
 def test_evaluate_task_takes_the_margin_from_settings(
     home_with_margin: PipelineSettings, onnx_at: dict[str, OnnxModel], noisy: Splits, tmp_path: Path
 ) -> None:
