@@ -73,6 +73,26 @@ def _imports(nodes: list[ast.stmt]) -> set[str]:
     return {n for n in names if module_file(n) is not None}
 
 
+def _body(path: Path) -> list[ast.stmt]:
+    """The module's statements, parsed once per version of the file (dvc.yaml's stages share most modules)."""
+    return _parsed(path, path.stat().st_mtime_ns)
+
+
+@functools.cache
+def _parsed(path: Path, mtime_ns: int) -> list[ast.stmt]:
+    return ast.parse(path.read_text()).body
+
+
+@functools.cache
+def _file_imports(path: Path, mtime_ns: int) -> frozenset[str]:
+    return frozenset(_imports(_parsed(path, mtime_ns)))
+
+
+@functools.cache
+def _file_settings_read(path: Path, mtime_ns: int) -> frozenset[str]:
+    return frozenset(_settings_read(_parsed(path, mtime_ns)))
+
+
 def _with_packages(name: str) -> list[str]:
     parts = name.split(".")
     return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
@@ -84,9 +104,9 @@ def _step_code(function: str) -> tuple[Path, list[ast.stmt]]:
     spec = importlib.util.find_spec(module)  # also finds a step declared outside the packages (a test's)
     if spec is None or spec.origin is None:
         raise ModuleNotFoundError(f"no module {module!r} for step function {function!r}")
-    tree = ast.parse(Path(spec.origin).read_text())
-    top = [n for n in tree.body if not isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
-    body = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
+    statements = _body(Path(spec.origin))
+    top = [n for n in statements if not isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    body = [n for n in statements if isinstance(n, ast.FunctionDef) and n.name == name]
     if not body:
         raise AttributeError(f"module {module!r} defines no function {name!r}")
     return Path(spec.origin), [*top, *body]
@@ -101,8 +121,8 @@ def reached_modules(function: str) -> tuple[Path, dict[str, list[ast.stmt]]]:
         for name in _with_packages(pending.pop()):
             path = module_file(name)
             if name not in reached and path is not None:
-                reached[name] = ast.parse(path.read_text()).body
-                pending.extend(_imports(reached[name]))
+                reached[name] = _body(path)
+                pending.extend(_file_imports(path, path.stat().st_mtime_ns))
     reached.pop(_module_name(origin), None)  # the step's own module counts once, as origin
     return origin, reached
 
@@ -140,6 +160,7 @@ def params(function: str) -> list[str]:
     _, reached = reached_modules(function)
     _, code = _step_code(function)
     # Of the step's own module, only the function itself: the module's other functions are other steps.
-    read = _settings_read(code[-1:]) | {f for nodes in reached.values() for f in _settings_read(nodes)}
+    files = [path for path in map(module_file, reached) if path is not None]
+    read = _settings_read(code[-1:]) | {f for path in files for f in _file_settings_read(path, path.stat().st_mtime_ns)}
     keys: dict[str, object] = yaml.safe_load(PARAMS_FILE.read_text())
     return [key for key in keys if key in read]
