@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import atexit
 import gc
+import os
 import sqlite3
 import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from importlib import metadata
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from filelock import FileLock
 from mlflow_writes import MlflowGlobalWrites, count_global_writes
 
 from mlops.contract import DataContract, load_contract
@@ -98,20 +101,27 @@ def data_dir(splits: Splits, tmp_path_factory: pytest.TempPathFactory) -> Path:
 # --- MLflow: one migrated SQLite store per session, copied wherever a test needs a fresh one ---
 
 @pytest.fixture(scope="session")
-def mlflow_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def mlflow_template(request: pytest.FixtureRequest) -> Path:
     """An empty MLflow SQLite store with every migration applied.
 
-    A new store runs MLflow's alembic migrations (about 4 s here); a copy of this file opens in a
+    A new store runs MLflow's alembic migrations (4-6 s here); a copy of this file opens in a
     fraction of a second. The Default experiment is removed, so each copy's first store creates
-    its own with that store's artifact root, exactly as a brand-new database would.
+    its own with that store's artifact root, exactly as a brand-new database would. Built once per
+    installed MLflow version in pytest's cache folder, under a lock the xdist workers share, and
+    only ever read: no run or worker migrates a store of its own again.
     """
-    from mlflow.tracking import MlflowClient
+    folder = request.config.cache.mkdir(f"mlflow-template-{metadata.version('mlflow')}")
+    db = folder / "mlflow.db"
+    with FileLock(folder / "build.lock"):
+        if not db.exists():
+            from mlflow.tracking import MlflowClient
 
-    db = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
-    MlflowClient(f"sqlite:///{db}").search_experiments()
-    with sqlite3.connect(db) as connection:
-        connection.execute("DELETE FROM experiments WHERE experiment_id = 0")
-    connection.close()
+            building = folder / f"building-{os.getpid()}.db"
+            MlflowClient(f"sqlite:///{building}").search_experiments()
+            with sqlite3.connect(building) as connection:
+                connection.execute("DELETE FROM experiments WHERE experiment_id = 0")
+            connection.close()
+            building.replace(db)  # whole or absent: a run stopped mid-migration leaves no template
     return db
 
 
