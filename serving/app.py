@@ -132,7 +132,7 @@ def create_app(settings: ServingSettings | None = None) -> FastAPI:
     request_model = build_request_model(contract)
     response_model = build_response_model(contract)
     batch_request, batch_response = build_batch_models(request_model, response_model)
-    app = ServiceApp(metrics=metrics, title="Fraud prediction service", lifespan=_lifespan(state),
+    app = ServiceApp(metrics=metrics, title=f"{contract.name} prediction service", lifespan=_lifespan(state),
                      docs_url=None, redoc_url=None)
     app.state.service = state
     install_error_handlers(app)

@@ -39,7 +39,7 @@ class ServiceMetrics:
                                        buckets=_LATENCY_BUCKETS, registry=r)
         self.inference = Histogram("mlops_inference_seconds", "ONNX Runtime call.", buckets=_LATENCY_BUCKETS,
                                    registry=r)
-        self.probability = Histogram("mlops_predicted_probability", "Predicted fraud probability.",
+        self.probability = Histogram("mlops_predicted_probability", "Predicted probability of the positive decision.",
                                      buckets=_PROBABILITY_BUCKETS, registry=r)
         self.unknown_entities = Counter("mlops_unknown_entities", "Requests whose entity had no history.",
                                         ["entity"], registry=r)

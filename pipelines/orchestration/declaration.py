@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from mlops.settings import BUNDLED_CONTRACT
 from pipelines.orchestration.records import (
     DeployRecord,
     EvaluateRecord,
@@ -133,24 +134,25 @@ _WINDOW = (
 _INGESTED = (Takes("ingested", "ingest"),)
 _SPLITS = ("train", "validation", "test")
 _TASKS = "pipelines.orchestration.tasks"
-_CONTRACT = "platform/mlops/contracts/fraud.yaml"  # the bundled contract the stages' settings name
+# The bundled contract the stages' settings name, as a path from the repository root.
+BUNDLED_CONTRACT_PATH = f"platform/mlops/contracts/{BUNDLED_CONTRACT.name}"
 
 STEPS: tuple[Step, ...] = (
     Step("ingest", f"{_TASKS}:ingest_task",
          "Snapshot the raw source, keep the rows of the training window, open the pipeline's MLflow run.",
          parameters=(Parameter("source", str, None, "CSV/Parquet path or URL of raw transactions."), *_WINDOW),
          produces=(Produces("snapshot", "Dataset", "The rows of the window (Parquet)."),), record=IngestRecord,
-         stage=Stage(data=(_CONTRACT,), files=(("source", ".mlops/dvc/raw/transactions.csv"),))),
+         stage=Stage(data=(BUNDLED_CONTRACT_PATH,), files=(("source", ".mlops/dvc/raw/transactions.csv"),))),
     Step("validate", f"{_TASKS}:validate_task", "Great Expectations suite from the contract; fails closed.",
          consumes=_consumes("ingest", "snapshot"), takes=_INGESTED,
          produces=(Produces("report", "Artifact", "validation.json and validation.html."),),
-         stage=Stage(data=(_CONTRACT,))),
+         stage=Stage(data=(BUNDLED_CONTRACT_PATH,))),
     Step("preprocess", f"{_TASKS}:preprocess_task",
          "Point-in-time features from Feast, time split, online store materialization.",
          consumes=_consumes("ingest", "snapshot"), takes=_INGESTED,
          produces=tuple(Produces(name, "Dataset", f"The {name} split (Parquet).") for name in _SPLITS),
          after=("validate",),  # only validated data gets features
-         stage=Stage(data=(_CONTRACT,))),
+         stage=Stage(data=(BUNDLED_CONTRACT_PATH,))),
     Step("train", f"{_TASKS}:train_task",
          "PyTorch training (GPU when present, torchrun over all of this pod's GPUs); checkpoints, resumes.",
          consumes=_consumes("preprocess", *_SPLITS), takes=_INGESTED,

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from pipelines.orchestration.declaration import RECORD, STEPS, Step
+from pipelines.orchestration.declaration import BUNDLED_CONTRACT_PATH, RECORD, STEPS, Step
 from pipelines.orchestration.stage_deps import code_deps, params
 
 DVC_FILE = Path(__file__).resolve().parents[2] / "dvc.yaml"
@@ -36,7 +36,7 @@ HEADER = """\
 # The raw data: not a pipeline step (the pipeline starts from a source someone else wrote).
 GENERATE_STAGE: dict[str, Any] = {
     "cmd": f"mlops data generate --out {RAW_DATA} --rows ${{demo_rows}} --seed ${{seed}}",
-    "deps": ["platform/mlops/data/generator.py", "platform/mlops/contracts/fraud.yaml"],
+    "deps": ["platform/mlops/data/generator.py", BUNDLED_CONTRACT_PATH],
     "params": ["demo_rows", "seed"],
     "outs": [RAW_DATA],
 }

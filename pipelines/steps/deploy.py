@@ -1,8 +1,9 @@
-"""Deploy: the tags that record a version's promotion decision, and the rollout of an accepted version.
+"""Deploy: the rollout of an accepted version, and the tags a person reads beside it in MLflow's UI.
 
-Every registered version carries its decision, reason and headline metrics as tags (see promotion_tags);
-only an accepted one is rolled out (deploy_version): by default onto staging and a canary at
-``canary_percent`` of the traffic, production moving only when the canary judge promotes it.
+Evaluate's decision travels as a record (``VersionDecision``, which registry.register_version stores
+with the version); the tags (promotion_tags) only repeat its decision, reason and headline metrics for
+people. Only an accepted version is rolled out (deploy_version): by default onto staging and a canary
+at ``canary_percent`` of the traffic, production moving only when the canary judge promotes it.
 """
 
 from __future__ import annotations
