@@ -8,11 +8,15 @@ settings record (MLOPS_SETTINGS_JSON), MLOPS_* variables or params.yaml, read ba
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from mlops.contract import CalibrationSetting, model_section
 from mlops.settings import Settings
+
+# The settings the contract's ``model:`` section may fill: a null in params.yaml leaves them to it.
+MODEL_CHOICE_FIELDS = ("model_family", "model_params", "calibration")
 
 
 class PipelineSettings(Settings):
@@ -28,12 +32,15 @@ class PipelineSettings(Settings):
     canary_percent: float = Field(default=10.0, gt=0, lt=100, description="Share of the traffic (percent) a "
                                   "deployed candidate's canary starts with.")
     model_family: str = Field(default="mlp", description="The model family that trains: a registered name (mlp, "
-                              "xgboost, sklearn); docs/own-model.md.")
+                              "torch, xgboost, sklearn); unset: the contract's model section's, else mlp; "
+                              "docs/own-model.md.")
     model_params: dict[str, Any] = Field(default={}, description="The family's own parameters, JSON in "
-                                         "MLOPS_MODEL_PARAMS (mlp: its settings above).")
-    calibration: Literal["auto", "platt", "isotonic", "none"] = Field(
+                                         "MLOPS_MODEL_PARAMS (mlp: its settings above); unset: the contract's "
+                                         "model section's for its family.")
+    calibration: CalibrationSetting = Field(
         default="auto", description="How the score is calibrated on validation: auto = the method of least "
-        "out-of-fold log loss (none, Platt or isotonic); or that method, forced.")
+        "out-of-fold log loss (none, Platt or isotonic); or that method, forced; unset: the contract's model "
+        "section's for its family.")
     seed: int = 42
     max_epochs: int = Field(default=30, ge=1)
     patience: int = Field(default=4, ge=1)
@@ -66,6 +73,34 @@ class PipelineSettings(Settings):
     slice_min_rows: int = Field(default=30, ge=1, description="Slices with fewer test rows are not scored "
                                 "(marked '(too few rows)' in the model card) nor gated.")
     demo_rows: int = Field(default=30_000, ge=1_000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_model_choice_is_unset(cls, values: Any) -> Any:
+        """``model_family: null`` (params.yaml) is no setting: the contract's model section, else the default."""
+        if isinstance(values, dict):
+            return {k: v for k, v in values.items() if not (k in MODEL_CHOICE_FIELDS and v is None)}
+        return values
+
+    @model_validator(mode="after")
+    def _model_choice_from_contract(self) -> Self:
+        """Precedence: a setting (an MLOPS_* variable, params.yaml, a parent's settings record), then the
+        contract's ``model:`` section, then the defaults. The section's params and calibration go with its
+        family: a family chosen by a setting keeps its own defaults. A broken section raises ConfigError
+        (exit code 2) naming its field; the rest of the contract is checked by whoever loads it."""
+        if all(name in self.model_fields_set for name in MODEL_CHOICE_FIELDS):
+            return self
+        section = model_section(self.contract_path)
+        if section is None:
+            return self
+        if "model_family" not in self.model_fields_set:
+            self.model_family = section.family
+        if self.model_family == section.family:
+            if "model_params" not in self.model_fields_set:
+                self.model_params = dict(section.params)
+            if "calibration" not in self.model_fields_set and section.calibration is not None:
+                self.calibration = section.calibration
+        return self
 
     @property
     def resolved_checkpoint_dir(self) -> str:
