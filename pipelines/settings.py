@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Self
 
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import Field, model_validator
 
 from mlops.contract import CalibrationSetting, model_section
 from mlops.settings import Settings
@@ -73,8 +73,6 @@ class PipelineSettings(Settings):
     slice_min_rows: int = Field(default=30, ge=1, description="Slices with fewer test rows are not scored "
                                 "(marked '(too few rows)' in the model card) nor gated.")
     demo_rows: int = Field(default=30_000, ge=1_000)
-    # Which of MODEL_CHOICE_FIELDS a setting gave (the rest came from the contract or the defaults).
-    _explicit_model_choice: frozenset[str] = PrivateAttr(default=frozenset())
 
     @model_validator(mode="before")
     @classmethod
@@ -90,20 +88,27 @@ class PipelineSettings(Settings):
         contract's ``model:`` section, then the defaults. The section's params and calibration go with its
         family: a family chosen by a setting keeps its own defaults. A broken section raises ConfigError
         (exit code 2) naming its field; the rest of the contract is checked by whoever loads it."""
-        self._explicit_model_choice = frozenset(name for name in MODEL_CHOICE_FIELDS if name in self.model_fields_set)
-        if self._explicit_model_choice == set(MODEL_CHOICE_FIELDS):
+        if self.explicit_model_choice == set(MODEL_CHOICE_FIELDS):
             return self
         section = model_section(self.contract_path)
         if section is None:
             return self
+        # Straight into the fields, not by assignment, which would count them as set: model_fields_set
+        # keeps saying which of the three a setting gave (for_family reads it).
+        chosen = self.__dict__
         if "model_family" not in self.model_fields_set:
-            self.model_family = section.family
+            chosen["model_family"] = section.family
         if self.model_family == section.family:
             if "model_params" not in self.model_fields_set:
-                self.model_params = dict(section.params)
+                chosen["model_params"] = dict(section.params)
             if "calibration" not in self.model_fields_set and section.calibration is not None:
-                self.calibration = section.calibration
+                chosen["calibration"] = section.calibration
         return self
+
+    @property
+    def explicit_model_choice(self) -> frozenset[str]:
+        """Which of MODEL_CHOICE_FIELDS a setting gave (the others came from the contract or the defaults)."""
+        return frozenset(self.model_fields_set) & frozenset(MODEL_CHOICE_FIELDS)
 
     def for_family(self, family: str) -> Self:
         """These settings as ``MLOPS_MODEL_FAMILY=<family>`` would have made them (``mlops train --family``):
@@ -111,14 +116,14 @@ class PipelineSettings(Settings):
         else the family's defaults."""
         if family == self.model_family:
             return self
-        explicit = self._explicit_model_choice
+        explicit = self.explicit_model_choice
         section = model_section(self.contract_path) if explicit != set(MODEL_CHOICE_FIELDS) else None
         own = section if section is not None and section.family == family else None
         params = self.model_params if "model_params" in explicit else dict(own.params) if own else {}
         calibration = self.calibration if "calibration" in explicit else \
             (own.calibration if own is not None and own.calibration is not None else "auto")
-        chosen = self.model_copy(update={"model_family": family, "model_params": params, "calibration": calibration})
-        chosen._explicit_model_choice = explicit | {"model_family"}
+        chosen = self.model_copy(update={"model_family": family})  # named now: a setting
+        chosen.__dict__.update(model_params=params, calibration=calibration)  # set or not, as they were
         return chosen
 
     @property
