@@ -26,6 +26,7 @@ from mlops.registry_client import activate
 from pipelines.settings import PipelineSettings
 from pipelines.training.command import TrainReport, export_and_score, new_run
 from pipelines.training.entry import run_training
+from pipelines.training.families.bundled import family_for
 from pipelines.training.families.interface import family_class
 from pipelines.training.search import check_space, search
 
@@ -70,43 +71,51 @@ def compare_families(paths: dict[str, Path], families: list[str], out_dir: Path,
     if len(families) < 2:
         raise ConfigError("a comparison needs two families or more", field="family")
     chosen_settings = {family: settings.for_family(family) for family in families}
-    if search_trials:
-        for family_settings in chosen_settings.values():
-            check_space(family_settings)  # a family without a space stops before anything trains
+    for family_settings in chosen_settings.values():
+        family_for(family_settings).params  # noqa: B018  (a family refusing its settings stops before any training)
+        if search_trials:
+            check_space(family_settings)  # a family without a space too
     activate(settings)
     client = registry.client(settings)
     parent = new_run(settings, {"entry": "mlops train --family", "families": ",".join(families)},
                      run_name=f"train {' vs '.join(families)}")
-    runs = []
-    for family, family_settings in chosen_settings.items():
-        run_id = new_run(family_settings, {MLFLOW_PARENT_RUN_ID: parent, "entry": "mlops train --family"},
-                         run_name=f"train {family}")
-        params = None
-        if search_trials:
-            tuned = search(paths, search_trials, family_settings, run_id)
-            family_settings, params = tuned.settings, tuned.params
-            chosen_settings[family] = family_settings
-        # Each family's own checkpoint folder (by its training fingerprint): a rerun resumes it.
-        run_training(paths, out_dir / family, checkpoint_dir, run_id=run_id, params=params,
-                     settings=family_settings)
-        logged = client.get_run(run_id).data.metrics.get(CHOSEN_BY)
-        if logged is None:
-            raise TrainingError(f"the {family} run {run_id} logged no {CHOSEN_BY}")
-        runs.append(FamilyRun(family, run_id, float(logged)))
-        log.info("%s: validation PR-AUC %.4f (run %s)", family, logged, run_id)
-    chosen = max(runs, key=lambda run: run.val_pr_auc)  # max keeps the first of equals: the order given
-    for run in runs:
-        if run is not chosen:
-            client.set_terminated(run.run_id)
-    report = export_and_score(paths, out_dir / chosen.family, chosen_settings[chosen.family], chosen.run_id)
-    version = registry.register_version(settings, report.model_uri, chosen.run_id, {
-        "model_family": chosen.family, "chosen_by": f"{CHOSEN_BY} of {', '.join(families)}",
-        "comparison_run_id": parent})
-    now_ms = int(time.time() * 1000)
-    client.log_batch(parent, metrics=[Metric(f"{CHOSEN_BY}/{run.family}", run.val_pr_auc, now_ms, 0) for run in runs],
-                     params=[Param("families", ",".join(families)), Param("chosen_family", chosen.family),
-                             Param("chosen_run_id", chosen.run_id), Param("chosen_by", CHOSEN_BY),
-                             Param("registered_version", version)])
-    client.set_tag(parent, "model_family", chosen.family)
-    client.set_terminated(parent)
+    open_runs = [parent]
+    try:
+        runs = []
+        for family, family_settings in chosen_settings.items():
+            run_id = new_run(family_settings, {MLFLOW_PARENT_RUN_ID: parent, "entry": "mlops train --family"},
+                             run_name=f"train {family}")
+            open_runs.append(run_id)
+            params = None
+            if search_trials:
+                tuned = search(paths, search_trials, family_settings, run_id)
+                family_settings, params = tuned.settings, tuned.params
+                chosen_settings[family] = family_settings
+            # Each family's own checkpoint folder (by its training fingerprint): a rerun resumes it.
+            run_training(paths, out_dir / family, checkpoint_dir, run_id=run_id, params=params,
+                         settings=family_settings)
+            logged = client.get_run(run_id).data.metrics.get(CHOSEN_BY)
+            if logged is None:
+                raise TrainingError(f"the {family} run {run_id} logged no {CHOSEN_BY}")
+            runs.append(FamilyRun(family, run_id, float(logged)))
+            client.set_terminated(run_id)  # trained: the chosen one's export and test scores join it later
+            open_runs.remove(run_id)
+            log.info("%s: validation PR-AUC %.4f (run %s)", family, logged, run_id)
+        chosen = max(runs, key=lambda run: run.val_pr_auc)  # max keeps the first of equals: the order given
+        report = export_and_score(paths, out_dir / chosen.family, chosen_settings[chosen.family], chosen.run_id)
+        version = registry.register_version(settings, report.model_uri, chosen.run_id, {
+            "model_family": chosen.family, "chosen_by": f"{CHOSEN_BY} of {', '.join(families)}",
+            "comparison_run_id": parent})
+        now_ms = int(time.time() * 1000)
+        client.log_batch(parent, metrics=[Metric(f"{CHOSEN_BY}/{run.family}", run.val_pr_auc, now_ms, 0)
+                                          for run in runs],
+                         params=[Param("families", ",".join(families)), Param("chosen_family", chosen.family),
+                                 Param("chosen_run_id", chosen.run_id), Param("chosen_by", CHOSEN_BY),
+                                 Param("registered_version", version)])
+        client.set_tag(parent, "model_family", chosen.family)
+        client.set_terminated(parent)
+    except BaseException:
+        for run_id in open_runs:  # what was under way failed; a family that finished training stays so
+            client.set_terminated(run_id, "FAILED")
+        raise
     return Comparison(parent_run_id=parent, runs=runs, chosen=chosen, report=report, version=version)

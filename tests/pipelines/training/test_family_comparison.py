@@ -236,3 +236,36 @@ def test_search_of_a_users_torch_module_tunes_the_loops_settings_and_keeps_its_p
     assert len(rates) == 2
     best = max(trials, key=lambda trial: trial.data.metrics["best_val_pr_auc"])
     assert client(home).get_run(run_id).data.params["train.learning_rate"] == best.data.params["train.learning_rate"]
+
+
+def test_a_family_refusing_its_settings_stops_the_comparison_before_anything_trains(
+        home: Path, data_dir: Path) -> None:
+    experiment_id = registry.ensure_experiment(PipelineSettings(home=home))
+    before = len(client(home).search_runs([experiment_id]))
+    result = runner.invoke(app, ["train", "--family", "xgboost,torch", "--data-dir", str(data_dir),
+                                 "--out-dir", str(home / "no-module")])
+    assert result.exit_code == 2, result.output
+    assert "the torch family needs its module" in " ".join(result.output.split())
+    assert len(client(home).search_runs([experiment_id])) == before
+
+
+def test_a_family_failing_mid_comparison_fails_the_parent_and_registers_nothing(
+        home: Path, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = yaml.safe_load(BUNDLED_CONTRACT.read_text())
+    raw["model"] = {"family": "sklearn", "params": {"estimator": "sklearn.linear_model.LogisticRegression", "C": -1.0}}
+    path = tmp_path / "bad-c.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    monkeypatch.setenv("MLOPS_CONTRACT_PATH", str(path))
+    settings = PipelineSettings(home=home)
+    versions = len(client(home).search_model_versions(f"name = '{settings.model_name}'"))
+    result = runner.invoke(app, ["train", "--family", "xgboost,sklearn", "--data-dir", str(data_dir),
+                                 "--out-dir", str(home / "mid-failure")])
+    assert result.exit_code == 2, result.output
+    assert "LogisticRegression did not fit: The 'C' parameter" in " ".join(result.output.split())
+    experiment_id = registry.ensure_experiment(settings)
+    parent = client(home).search_runs([experiment_id], filter_string="tags.families = 'xgboost,sklearn'")
+    assert len(parent) == 1
+    assert parent[0].info.status == "FAILED"
+    status = {run.info.run_name: run.info.status for run in children(home, parent[0].info.run_id)}
+    assert status == {"train xgboost": "FINISHED", "train sklearn": "FAILED"}
+    assert len(client(home).search_model_versions(f"name = '{settings.model_name}'")) == versions
