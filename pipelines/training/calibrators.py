@@ -37,9 +37,17 @@ log = logging.getLogger(__name__)
 Method = Literal["none", "platt", "isotonic"]
 METHODS: tuple[Method, ...] = get_args(Method)
 Setting = Literal["auto", "none", "platt", "isotonic"]
+DEFAULT_CALIBRATION: Setting = "auto"
 FOLDS = 5
 # Log loss of a probability of 0 or 1 is infinite: clip as the served logit clips its input.
 _EPS = 1e-6
+
+
+def calibration_entry(setting: str) -> dict[str, str]:
+    """The calibration setting's entry in a training fingerprint: two runs differing only in it are not the
+    same training (another map, another ONNX graph). None for the default, so the fingerprints of runs
+    with it stay what they were before the setting existed."""
+    return {} if setting == DEFAULT_CALIBRATION else {"calibration": setting}
 
 
 @dataclass(frozen=True)

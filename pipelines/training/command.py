@@ -62,6 +62,12 @@ def train_and_export(paths: dict[str, Path], out_dir: Path, checkpoint_dir: str,
                            resume_key=given_run)
     if not outcome.is_main or run_id is None:
         return None
+    return export_and_score(paths, out_dir, settings, run_id)
+
+
+def export_and_score(paths: dict[str, Path], out_dir: Path, settings: PipelineSettings, run_id: str) -> TrainReport:
+    """Export what the train step left in ``out_dir`` (parity checked, logged as ``run_id``'s model) and score
+    the test split with the served graph, the metrics logged to the run."""
     contract = load_contract(settings.contract_path)
     test = pd.read_parquet(paths["test"])
     exported = export_step(out_dir, test, contract, out_dir / ONNX_SUBDIR, settings.parity_tolerance, run_id)

@@ -30,6 +30,7 @@ from mlops.registry_client import activate
 from pipelines.settings import PipelineSettings
 from pipelines.splits import split_paths
 from pipelines.training import distributed
+from pipelines.training.calibrators import DEFAULT_CALIBRATION, calibration_entry
 from pipelines.training.checkpoint import CheckpointStore, sigterm_requests_checkpoint
 from pipelines.training.data import read_split
 from pipelines.training.families.bundled import LoopFamily, ModelFamily, family_for
@@ -57,13 +58,15 @@ def file_sha256(path: Path) -> str:
 
 
 def training_fingerprint(params: TrainParams, data_sha256: dict[str, str], contract: DataContract,
-                         family: dict[str, Any] | None = None) -> str:
-    """What decides the weights (settings, data, contract; a user's module and its params): names a
-    checkpoint's run and the ONNX file. The MLP has no ``family`` entry, so its fingerprints stay as they were."""
+                         family: dict[str, Any] | None = None, calibration: str = DEFAULT_CALIBRATION) -> str:
+    """What decides the trained model (settings, data, contract; a user's module and its params; the
+    calibration setting): names a checkpoint's run and the ONNX file. The MLP has no ``family`` entry and
+    the default calibration (``auto``) none, so the fingerprints of such runs stay as they were."""
     decided: dict[str, Any] = {"params": params.model_dump(mode="json"), "data": data_sha256,
                                "contract": contract.model_dump(mode="json")}
     if family is not None:
         decided["family"] = family
+    decided.update(calibration_entry(calibration))
     blob = json.dumps(decided, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -93,7 +96,8 @@ def run_training(paths: dict[str, Path], out_dir: Path, checkpoint_dir: str, *, 
     arrays = {name: read_split(paths[name], contract, vocabs, name) for name in ("train", "validation")}
     data_sha256 = {name: file_sha256(path) for name, path in paths.items()}
     own = family.own_params()
-    fingerprint = training_fingerprint(params, data_sha256, contract, None if own is None else {family.name: own})
+    fingerprint = training_fingerprint(params, data_sha256, contract, None if own is None else {family.name: own},
+                                       settings.calibration)
     rank = distributed.start(params.device)
     try:
         store = CheckpointStore(checkpoint_location(checkpoint_dir, resume_key, fingerprint))

@@ -21,7 +21,12 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 from mlops.contract import DataContract
 from mlops.errors import InputError
 from pipelines.settings import PipelineSettings
-from pipelines.training.calibrators import CalibrationChoice, choose_calibration
+from pipelines.training.calibrators import (
+    DEFAULT_CALIBRATION,
+    CalibrationChoice,
+    calibration_entry,
+    choose_calibration,
+)
 from pipelines.training.data import input_columns
 from pipelines.training.families.converted import logit
 from pipelines.training.families.interface import FitSummary, FittedModel, ModelFamily
@@ -56,10 +61,13 @@ class FamilyOutcome:
     fingerprint: str
 
 
-def family_fingerprint(family: ModelFamily, seed: int, data_sha256: dict[str, str], contract: DataContract) -> str:
-    """What decides the fitted model (family, its params, seed, data, contract): names the ONNX file's inputs."""
+def family_fingerprint(family: ModelFamily, seed: int, data_sha256: dict[str, str], contract: DataContract,
+                       calibration: str = DEFAULT_CALIBRATION) -> str:
+    """What decides the fitted model (family, its params, seed, data, contract, the calibration setting):
+    names the ONNX file's inputs."""
     blob = json.dumps({"family": family.name, "params": family.params, "seed": seed, "data": data_sha256,
-                       "contract": contract.model_dump(mode="json")}, sort_keys=True, default=str)
+                       "contract": contract.model_dump(mode="json"), **calibration_entry(calibration)},
+                      sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -75,7 +83,7 @@ def train_family(family: ModelFamily, paths: dict[str, Path], out_dir: Path, con
                  settings: PipelineSettings, data_sha256: dict[str, str], run_id: str | None) -> FamilyOutcome:
     frames = {name: read_frame(paths[name], contract, name) for name in ("train", "validation")}
     fitted, summary = family.fit(frames["train"], frames["validation"], contract)
-    fingerprint = family_fingerprint(family, settings.seed, data_sha256, contract)
+    fingerprint = family_fingerprint(family, settings.seed, data_sha256, contract, settings.calibration)
     fitted.save(out_dir)
     write_summary(out_dir, TrainingSummary(
         fingerprint=fingerprint, data_sha256=data_sha256, best_epoch=summary.best_round,

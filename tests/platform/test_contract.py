@@ -187,10 +187,10 @@ def _categorical_input_not_category(data: dict[str, Any]) -> None:
         (_category_without_categories, r"column 'channel': categories are required for"),
         (_duplicate_feature, r"feature names must be unique.*customer_txn_count_24h"),
         (_feature_named_like_column, r"feature names must be unique.*'amount'"),
-        (_unknown_top_level_field, r"owner\s+Extra inputs are not permitted"),
-        (_unknown_column_field, r"unit\s+Extra inputs are not permitted"),
+        (_unknown_top_level_field, r"owner: Extra inputs are not permitted"),
+        (_unknown_column_field, r"columns\.\d+\.unit: Extra inputs are not permitted"),
         (_undeclared_entity, r"undeclared entities: \['terminal'\]"),
-        (_bad_window, r"window\s+String should match pattern"),
+        (_bad_window, r"features\.\d+\.window: String should match pattern"),
         (_mean_without_column, r"feature 'customer_amount_mean_7d': aggregation 'mean' needs a column"),
         (_unknown_log1p_feature, r"log1p_features names unknown features: \['customer_amount_median_7d'\]"),
         (_categorical_input_not_category, r"categorical model input 'customer_id' is not a category column"),
@@ -205,6 +205,7 @@ def test_bad_contract_raises_config_error_naming_problem(
     with pytest.raises(ConfigError, match=expected) as info:
         load_contract(path)
     assert str(path) in info.value.message
+    assert "\n" not in info.value.message  # one line, each of pydantic's errors as field: message
     assert info.value.exit_code == 2
 
 

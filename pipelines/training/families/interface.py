@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from mlops.contract import DataContract
+from mlops.contract import MODEL_FAMILIES, DataContract
 from mlops.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -128,10 +128,12 @@ def fitted_class(name: str) -> type[FittedModel]:
 
 
 def register_family(family: F) -> F:
-    """Class decorator: make ``family`` choosable as ``model_family=<family.name>``."""
+    """Class decorator: make ``family`` choosable as ``model_family=<family.name>`` (and in a contract's
+    ``model:`` section, in processes that imported it)."""
     if family.name in FAMILIES and FAMILIES[family.name] is not family:
         raise ConfigError(f"a model family named {family.name!r} is registered already")
     FAMILIES[family.name] = family
+    MODEL_FAMILIES.add(family.name)  # a contract's model section may name it
     return family
 
 

@@ -211,9 +211,10 @@ def test_batch_scoring_and_the_triton_config_read_a_family_graph_as_the_mlps(
     assert all(f'name: "{name}"' in config for name in served.input_names)
 
 
-def test_search_tunes_only_the_mlp_so_far() -> None:
-    with pytest.raises(ConfigError, match="the xgboost family has no search space yet"):
-        search({}, 3, PipelineSettings(model_family="xgboost"), parent_run_id="unused")
+def test_search_refuses_an_estimator_it_has_no_space_for_before_reading_anything() -> None:
+    settings = PipelineSettings(model_family="sklearn", model_params={"estimator": "own_estimators:scaled_logistic"})
+    with pytest.raises(ConfigError, match="--search has no space for the sklearn estimator"):
+        search({}, 3, settings, parent_run_id="unused")
 
 
 def test_reproducing_a_run_of_another_family_is_refused_in_one_line(
