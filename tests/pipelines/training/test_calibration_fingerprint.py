@@ -25,8 +25,6 @@ from pipelines.training.family_training import family_fingerprint
 from pipelines.training.trained_model import read_summary
 from pipelines.training.trainer import TrainParams
 
-pytestmark = pytest.mark.unit
-
 runner = CliRunner()
 SMALL: dict[str, Any] = {"max_epochs": 2, "patience": 2, "device": "cpu", "seed": 3, "batch_size": 256}
 RUN_LINE = re.compile(r"run ([0-9a-f]{32}):")
@@ -38,6 +36,7 @@ def _one_thread() -> Iterator[None]:
         yield
 
 
+@pytest.mark.unit
 def test_each_calibration_setting_is_its_own_fingerprint_and_the_default_the_old_one(contract: DataContract) -> None:
     params = TrainParams.from_settings(PipelineSettings(**SMALL))
     data = {"train": "a", "validation": "b", "test": "c"}
@@ -50,6 +49,7 @@ def test_each_calibration_setting_is_its_own_fingerprint_and_the_default_the_old
     assert len(set(xgboost.values())) == 4
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("family", ["mlp", "xgboost"])
 def test_two_trainings_differing_only_in_calibration_are_not_the_same(
         family: str, data_dir: Path, tmp_path: Path, contract: DataContract) -> None:
@@ -68,6 +68,7 @@ def test_two_trainings_differing_only_in_calibration_are_not_the_same(
             sorted(fingerprint[:16] for fingerprint in fingerprints.values())
 
 
+@pytest.mark.integration
 def test_reproduce_trains_with_the_runs_own_calibration_setting(
         data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, contract: DataContract,
         new_mlflow_home: Callable[[Path], Path]) -> None:

@@ -23,8 +23,6 @@ from mlops_cli.app import app
 from pipelines.settings import PipelineSettings
 from pipelines.training.search import check_space
 
-pytestmark = pytest.mark.unit
-
 runner = CliRunner()
 ENV = {"MLOPS_MAX_EPOCHS": "3", "MLOPS_PATIENCE": "3", "MLOPS_DEVICE": "cpu", "MLOPS_SEED": "3",
        "MLOPS_BATCH_SIZE": "256"}
@@ -79,6 +77,7 @@ def contract_crippling_xgboost(folder: Path) -> Path:
     ("xgboost", "mlp"),  # one stump for xgboost (the contract's section) against three MLP epochs
     ("mlp", "xgboost"),  # an MLP that barely moves (1 epoch at a learning rate of 1e-6) against 60 trees
 ])
+@pytest.mark.integration
 def test_the_family_with_the_higher_validation_pr_auc_in_mlflow_is_registered(
         home: Path, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, handicap: str,
         winner: str) -> None:
@@ -120,6 +119,7 @@ def test_the_family_with_the_higher_validation_pr_auc_in_mlflow_is_registered(
     assert f"registered {settings.model_name} version {version}: {best}" in " ".join(output.split())
 
 
+@pytest.mark.integration
 def test_search_tunes_each_family_in_its_own_space_under_its_own_run(
         home: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLOPS_MAX_EPOCHS", "2")
@@ -150,6 +150,7 @@ def test_search_tunes_each_family_in_its_own_space_under_its_own_run(
      "max_depth"),
     ("sklearn", {"max_iter": 20}, "learning_rate"),  # HistGradientBoosting, the default estimator
 ])
+@pytest.mark.integration
 def test_search_of_one_family_tunes_the_params_of_its_space(
         home: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch, family: str, params: dict[str, Any],
         searched: str) -> None:
@@ -168,6 +169,7 @@ def test_search_of_one_family_tunes_the_params_of_its_space(
     assert trained == json.loads(best.data.params["model_params"])
 
 
+@pytest.mark.unit
 def test_a_family_without_a_search_space_stops_before_anything_trains(home: Path, data_dir: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigError, match=r"--search has no space for the sklearn estimator 'own_estimators.scaled"):
@@ -190,6 +192,7 @@ def test_a_family_without_a_search_space_stops_before_anything_trains(home: Path
     (["--family", "mlp,xgboost", "--run-id", "abc"], "--family a,b opens its own runs"),
     (["--family", "xgboost", "--reproduce", "abc"], "--reproduce takes no"),
 ])
+@pytest.mark.unit
 def test_a_bad_family_option_is_one_line_and_exit_2(home: Path, data_dir: Path, args: list[str],
                                                      message: str) -> None:
     data = [] if "--reproduce" in args else ["--data-dir", str(data_dir)]
@@ -199,6 +202,7 @@ def test_a_bad_family_option_is_one_line_and_exit_2(home: Path, data_dir: Path, 
     assert "Traceback" not in result.output
 
 
+@pytest.mark.unit
 def test_each_family_trains_as_its_setting_would(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """--family f is MLOPS_MODEL_FAMILY=f: a setting's params and calibration go with it, the contract
     section's params only to the section's family."""
@@ -221,6 +225,7 @@ def test_each_family_trains_as_its_setting_would(tmp_path: Path, monkeypatch: py
     assert PipelineSettings().for_family("sklearn").model_params == {"max_depth": 5}
 
 
+@pytest.mark.integration
 def test_search_of_a_users_torch_module_tunes_the_loops_settings_and_keeps_its_params(
         home: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLOPS_MAX_EPOCHS", "2")
@@ -238,6 +243,7 @@ def test_search_of_a_users_torch_module_tunes_the_loops_settings_and_keeps_its_p
     assert client(home).get_run(run_id).data.params["train.learning_rate"] == best.data.params["train.learning_rate"]
 
 
+@pytest.mark.unit
 def test_a_family_refusing_its_settings_stops_the_comparison_before_anything_trains(
         home: Path, data_dir: Path) -> None:
     experiment_id = registry.ensure_experiment(PipelineSettings(home=home))
@@ -249,6 +255,7 @@ def test_a_family_refusing_its_settings_stops_the_comparison_before_anything_tra
     assert len(client(home).search_runs([experiment_id])) == before
 
 
+@pytest.mark.unit
 def test_a_family_failing_mid_comparison_fails_the_parent_and_registers_nothing(
         home: Path, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     raw = yaml.safe_load(BUNDLED_CONTRACT.read_text())
