@@ -12,7 +12,7 @@ from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 
-from mlops.contract import CalibrationSetting, model_section
+from mlops.contract_model import CalibrationSetting, model_section
 from mlops.settings import Settings
 
 # The settings the contract's ``model:`` section may fill: a null in params.yaml leaves them to it.

@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from mlops.contract_model import ModelSection
 from mlops.errors import ConfigError
+from mlops.validation_errors import first_field, one_line
 
 Dtype = Literal["string", "datetime", "float", "int", "category"]
 Aggregation = Literal["count", "mean", "max", "sum", "seconds_since_previous", "label_count", "label_rate",
@@ -35,12 +36,6 @@ TEXT_DTYPES = ("string", "int", "category")
 # Cyclic encodings of the transaction's own timestamp (UTC), computed at request time.
 TimeFeature = Literal["hour_of_day_sin", "hour_of_day_cos", "day_of_week_sin", "day_of_week_cos"]
 _WINDOW_UNITS = {"m": "minutes", "h": "hours", "d": "days"}
-CalibrationSetting = Literal["auto", "platt", "isotonic", "none"]
-# The model families a contract may name: the bundled ones; a family registered by the training code
-# (pipelines.training.families.interface.register_family) adds its name here.
-MODEL_FAMILIES: set[str] = {"mlp", "torch", "xgboost", "sklearn"}
-# ``module`` of the torch family: a class by import path, ``package.module:Class``.
-_IMPORT_PATH = r"^[A-Za-z_][\w.]*[:.][A-Za-z_]\w*$"
 
 
 class _Strict(BaseModel):
@@ -256,52 +251,6 @@ class Behaviour(_Strict):
     directional: tuple[DirectionalTest, ...] = ()
 
 
-class ModelSection(_Strict):
-    """The contract's optional ``model:`` section: the family a data set trains by default, its params and
-    calibration. A setting (``MLOPS_MODEL_FAMILY``, ``MLOPS_MODEL_PARAMS``, ``MLOPS_CALIBRATION`` or
-    params.yaml) wins over it; :func:`mlops.contract.model_section` reads it for the settings. Its params
-    and calibration apply to its own family only (another family set by a setting starts from its defaults).
-
-    Checked here without importing any training library: the family is a registered one, ``mlp`` takes no
-    params (its settings are its params), ``torch`` names its ``module`` and ``sklearn`` its ``estimator``
-    as import paths. Whatever else a family refuses stops the train step before any data is read.
-    """
-
-    family: str
-    params: dict[str, Any] = {}
-    calibration: CalibrationSetting | None = None
-
-    @field_validator("family")
-    @classmethod
-    def _registered(cls, family: str) -> str:
-        if family not in MODEL_FAMILIES:
-            raise ValueError(f"unknown model family {family!r}; registered: {', '.join(sorted(MODEL_FAMILIES))}")
-        return family
-
-    @field_validator("params")
-    @classmethod
-    def _params_fit_family(cls, params: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        family = info.data.get("family")  # absent when the family itself was refused
-        if family == "mlp" and params:
-            raise ValueError(f"the mlp family takes no params (got {sorted(params)}): its settings are its params "
-                             "(MLOPS_HIDDEN_SIZES, MLOPS_MAX_EPOCHS, ...)")
-        if family == "torch":
-            module = params.get("module")
-            if not isinstance(module, str) or not re.match(_IMPORT_PATH, module):
-                raise ValueError(f"the torch family needs 'module', a class by import path such as "
-                                 f"'my_models.nets:Wide' (got {module!r})")
-        if family == "sklearn" and "estimator" in params:
-            estimator = params["estimator"]
-            if not isinstance(estimator, str) or not re.match(_IMPORT_PATH, estimator):
-                raise ValueError(f"the sklearn family's 'estimator' is a class or function by import path such as "
-                                 f"'sklearn.linear_model.LogisticRegression' (got {estimator!r})")
-        try:
-            json.dumps(params, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"params must be plain values (numbers, strings, lists, mappings): {exc}") from exc
-        return params
-
-
 class LabelRate(_Strict):
     min: float = Field(ge=0, le=1)
     max: float = Field(ge=0, le=1)
@@ -511,40 +460,4 @@ def load_contract(path: Path) -> DataContract:
     try:
         return DataContract.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(f"contract file {path} is invalid: {one_line(exc)}", field=_first_field(exc)) from exc
-
-
-def model_section(path: Path) -> ModelSection | None:
-    """The ``model:`` section of the contract at ``path`` alone (the settings read it; the rest of the contract
-    is checked by whoever loads it); None where the file has none or cannot be read as YAML."""
-    try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError):
-        return None
-    section = raw.get("model") if isinstance(raw, dict) else None
-    if section is None:
-        return None
-    try:
-        return ModelSection.model_validate(section)
-    except ValidationError as exc:
-        raise ConfigError(f"contract file {path} is invalid: {one_line(exc, 'model')}",
-                          field=_first_field(exc, "model")) from exc
-
-
-def _location(error: Any, prefix: str | None) -> str:
-    return ".".join(str(part) for part in ((prefix,) if prefix else ()) + tuple(error["loc"]))
-
-
-def one_line(exc: ValidationError, prefix: str | None = None) -> str:
-    """Each of pydantic's errors as ``field.path: message``, joined on one line."""
-    parts = []
-    for error in exc.errors():
-        message = str(error["msg"]).removeprefix("Value error, ")
-        where = _location(error, prefix)
-        parts.append(f"{where}: {message}" if where else message)
-    return "; ".join(parts)
-
-
-def _first_field(exc: ValidationError, prefix: str | None = None) -> str | None:
-    errors = exc.errors()
-    return (_location(errors[0], prefix) or None) if errors else None
+        raise ConfigError(f"contract file {path} is invalid: {one_line(exc)}", field=first_field(exc)) from exc

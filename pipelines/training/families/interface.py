@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from mlops.contract import MODEL_FAMILIES, DataContract
+from mlops.contract import DataContract
+from mlops.contract_model import MODEL_FAMILIES
 from mlops.errors import ConfigError
 
 if TYPE_CHECKING:

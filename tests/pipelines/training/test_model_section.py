@@ -14,7 +14,8 @@ import yaml
 from threadpoolctl import threadpool_limits
 from typer.testing import CliRunner
 
-from mlops.contract import MODEL_FAMILIES, ModelSection, load_contract
+from mlops.contract import load_contract
+from mlops.contract_model import MODEL_FAMILIES, ModelSection
 from mlops.errors import ConfigError
 from mlops.settings import BUNDLED_CONTRACT, PARAMS_FILE_VARIABLE, SETTINGS_RECORD_VARIABLE, settings_record
 from mlops_cli.app import app
