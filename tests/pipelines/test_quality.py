@@ -23,8 +23,6 @@ from pipelines.steps.quality import (
 from pipelines.training.export import export_and_check
 from pipelines.training.trainer import TrainParams, train_model
 
-pytestmark = pytest.mark.unit
-
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 GATES = QualityGates(slice_f1_tolerance=0.1, slice_min_positives=1)
 
@@ -39,6 +37,7 @@ def onnx_model(splits: Splits, contract: DataContract, tmp_path_factory: pytest.
     return OnnxModel(export.onnx_path)
 
 
+@pytest.mark.unit
 def test_calibration_report_matches_hand_computation() -> None:
     labels = np.array([0, 0, 1, 1])
     proba = np.array([0.05, 0.15, 0.15, 0.95])
@@ -50,6 +49,7 @@ def test_calibration_report_matches_hand_computation() -> None:
     assert report.ece == pytest.approx(0.25 * 0.05 + 0.5 * 0.35 + 0.25 * 0.05)
 
 
+@pytest.mark.unit
 def test_platt_scaling_repairs_overconfident_scores() -> None:
     rng = np.random.default_rng(0)
     true_logit = rng.normal(-4.0, 1.5, size=20_000)
@@ -64,6 +64,7 @@ def test_platt_scaling_repairs_overconfident_scores() -> None:
     assert fixed.brier < raw.brier
 
 
+@pytest.mark.unit
 def test_calibration_never_reverses_the_ranking() -> None:
     rng = np.random.default_rng(1)
     logits = rng.normal(0.0, 2.0, size=5_000)
@@ -73,6 +74,7 @@ def test_calibration_never_reverses_the_ranking() -> None:
     assert np.mean(1 / (1 + np.exp(-(logits + bias)))) == pytest.approx(labels.mean(), abs=1e-6)
 
 
+@pytest.mark.unit
 def test_slices_cover_categories_and_unknown_entities(splits: Splits, contract: DataContract) -> None:
     train, _, test = splits
     masks = slice_masks(test, train, contract)
@@ -85,6 +87,7 @@ def test_slices_cover_categories_and_unknown_entities(splits: Splits, contract: 
     assert all(mask.any() for mask in masks.values())  # an empty slice has no metrics to compare
 
 
+@pytest.mark.unit
 def test_a_slice_regresses_when_its_f1_drops_beyond_the_tolerance() -> None:
     labels = np.array([1, 0, 1, 0, 1, 0])
     proba = np.array([0.9, 0.1, 0.2, 0.8, 0.7, 0.3])
@@ -102,6 +105,7 @@ def test_a_slice_regresses_when_its_f1_drops_beyond_the_tolerance() -> None:
     assert slice_regressions(list(ours.values()), theirs, tolerance=0.2, min_positives=3) == []
 
 
+@pytest.mark.unit
 def test_a_slice_under_the_minimum_size_is_counted_not_scored_nor_gated() -> None:
     labels = np.array([1, 0, 1, 0, 1, 0])
     proba = np.array([0.9, 0.1, 0.2, 0.8, 0.7, 0.3])
@@ -118,6 +122,7 @@ def test_a_slice_under_the_minimum_size_is_counted_not_scored_nor_gated() -> Non
     assert slice_regressions(list(ours.values()), theirs, tolerance=0.0, min_positives=1) == []
 
 
+@pytest.mark.unit
 def test_gates_turn_a_promotion_into_a_rejection() -> None:
     assert apply_gates("promote", "F1 better", []) == ("promote", "F1 better")
     decision, reason = apply_gates("promote", "F1 better", ["slice country=NG: F1 0.1 < production 0.5 - 0.1"])
@@ -126,6 +131,7 @@ def test_gates_turn_a_promotion_into_a_rejection() -> None:
     assert apply_gates("reject", "worse", ["x"]) == ("reject", "worse")
 
 
+@pytest.mark.integration
 def test_behavioural_tests_on_the_served_graph(onnx_model: OnnxModel, splits: Splits,
                                                contract: DataContract) -> None:
     report = behavioural_tests(onnx_model, splits[2], contract)
@@ -137,6 +143,7 @@ def test_behavioural_tests_on_the_served_graph(onnx_model: OnnxModel, splits: Sp
     assert report.failures == []
 
 
+@pytest.mark.integration
 def test_only_declared_directions_are_tested_and_a_wrong_one_fails(onnx_model: OnnxModel, splits: Splits,
                                                                    contract: DataContract) -> None:
     silent = contract.model_copy(update={"behaviour": Behaviour()})
@@ -147,6 +154,7 @@ def test_only_declared_directions_are_tested_and_a_wrong_one_fails(onnx_model: O
     assert report.failures == [f"scaling amount x3 raises the mean score by {report.directional[0].mean_delta:.4f}"]
 
 
+@pytest.mark.integration
 def test_evaluate_reports_calibration_slices_and_behaviour(onnx_model: OnnxModel, splits: Splits,
                                                            contract: DataContract, tmp_path: Path) -> None:
     train, _, test = splits

@@ -28,8 +28,6 @@ from pipelines.training.families.torch_net import UserNetwork
 from pipelines.training.trained_model import read_summary
 from pipelines.training.trainer import Checkpointing, TrainParams, train_model
 
-pytestmark = pytest.mark.unit
-
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 WIDE = {"module": "user_nets:Wide", "hidden": 16}
 
@@ -38,6 +36,7 @@ def _settings(params: dict[str, Any]) -> PipelineSettings:
     return PipelineSettings(model_family="torch", model_params=params, device="cpu", max_epochs=3, patience=2)
 
 
+@pytest.mark.integration
 def test_a_user_module_trains_exports_with_parity_and_the_served_graph_answers(
         data_dir: Path, splits: Splits, contract: DataContract, tmp_path: Path) -> None:
     settings = _settings(WIDE)
@@ -64,6 +63,7 @@ def test_a_user_module_trains_exports_with_parity_and_the_served_graph_answers(
     assert roc_auc_score(test[contract.label_column], answered) > 0.65
 
 
+@pytest.mark.integration
 def test_the_module_and_its_params_decide_the_fingerprint(data_dir: Path, tmp_path: Path) -> None:
     """Another hidden width is another training: its checkpoints are not resumed into this one."""
     fingerprints = set()
@@ -82,6 +82,7 @@ def test_the_module_and_its_params_decide_the_fingerprint(data_dir: Path, tmp_pa
     ({"module": "user_nets:TwoLogits"}, r"'user_nets:TwoLogits' answers \(2, 2\) for 2 rows"),
     ({"hidden": 3}, "the torch family needs its module in MLOPS_MODEL_PARAMS"),
 ])
+@pytest.mark.unit
 def test_a_bad_module_fails_before_training_in_one_line(
         params: dict[str, Any], message: str, data_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=message) as caught:
@@ -93,6 +94,7 @@ def test_a_bad_module_fails_before_training_in_one_line(
     assert not (tmp_path / "checkpoints").exists()
 
 
+@pytest.mark.unit
 def test_the_training_command_exits_2_with_one_line(
         data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("MLOPS_MODEL_FAMILY", "torch")
@@ -104,6 +106,7 @@ def test_the_training_command_exits_2_with_one_line(
     assert line.startswith("error: torch module 'user_nets:Nope' does not import")
 
 
+@pytest.mark.integration
 def test_a_preempted_user_module_resumes_to_the_same_weights(
         splits: Splits, contract: DataContract, tmp_path: Path) -> None:
     """The loop's SIGTERM checkpoint (the flag the signal sets, set here) holds the user's module too: the
