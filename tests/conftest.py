@@ -12,11 +12,14 @@ import warnings
 from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
 from filelock import FileLock
 from mlflow_writes import MlflowGlobalWrites, count_global_writes
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
 
 from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
@@ -45,6 +48,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         longest[module] = max(longest.get(module, 0.0), long)
     items.sort(key=lambda item: -longest[item.nodeid.split("::", 1)[0]])  # stable: keeps the shuffle otherwise
 
+
+
+@event.listens_for(Engine, "connect")
+def _sqlite_commits_without_fsync(dbapi_connection: Any, _record: Any) -> None:
+    """MLflow's SQLite stores in this process commit without waiting for the disk (PRAGMA synchronous=OFF).
+
+    A commit is still atomic and survives the process being killed; only a crash of the machine could
+    lose it, which no test simulates. The registry's tests commit about 70 times each, and the fsync
+    of every commit was the largest cost of the fast tier's MLflow tests (5 s of test_registry's 32 s).
+    The stores tests check for durability (the prediction log, the online features) use sqlite3
+    directly, not SQLAlchemy, and keep their own settings.
+    """
+    if isinstance(dbapi_connection, sqlite3.Connection):
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA synchronous=OFF")
+        cursor.close()
 
 @pytest.fixture(autouse=True, scope="module")
 def _mlflow_uris_unset_after_each_module() -> Iterator[None]:
