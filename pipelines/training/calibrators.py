@@ -196,6 +196,21 @@ def best_f1_threshold(labels: np.ndarray, probs: np.ndarray) -> float:
     return float(thresholds[int(np.argmax(f1))])
 
 
+def between_scores_threshold(labels: np.ndarray, probs: np.ndarray) -> float:
+    """:func:`best_f1_threshold` moved halfway down to the next lower validation score: the same decision
+    on every validation row, and no score at the threshold itself.
+
+    A converted model (trees, a scikit-learn estimator) answers few distinct scores, each shared by every
+    row with the same leaves, and its served graph computes them in float32: at a threshold that is one of
+    those scores, float32 rounding flips every row that has it (the export's parity check counts them,
+    on the terminal-payments example tens of rows). Halfway to the next score they sit a whole gap away.
+    """
+    threshold = best_f1_threshold(labels, probs)
+    below = np.asarray(probs, dtype=np.float64)
+    below = below[below < threshold]
+    return float((threshold + below.max()) / 2) if below.size else threshold
+
+
 def calibrate_network(model: TabularMLP, logits: np.ndarray, labels: np.ndarray, numeric: np.ndarray,
                       categorical: np.ndarray, setting: str, seed: int) -> tuple[CalibrationChoice, np.ndarray, float]:
     """The platform loop's calibration of its trained ``model`` from its validation ``logits``: (choice,

@@ -24,7 +24,7 @@ import pandas as pd
 from mlops.contract import DataContract
 from mlops.errors import ConfigError, TrainingError
 from mlops.model import fit_vocabularies
-from pipelines.training.calibrators import Calibrator, best_f1_threshold
+from pipelines.training.calibrators import Calibrator, between_scores_threshold
 from pipelines.training.families import converted
 from pipelines.training.families.interface import FitSummary, FittedModel, ModelFamily, register_family
 from pipelines.training.families.sk_model import FittedSklearn, estimator_name
@@ -97,7 +97,7 @@ class SklearnFamily(ModelFamily):
                                 "scale its inputs (a Pipeline) or change its parameters")
         choice = fit_calibration(raw, y_val, self.settings)
         fitted.calibrator = choice.calibrator
-        fitted.threshold = best_f1_threshold(y_val, converted.calibrated(raw, fitted.calibrator))
+        fitted.threshold = between_scores_threshold(y_val, converted.calibrated(raw, fitted.calibrator))
         pr_auc, roc_auc = ranking_scores(y_val, raw)
         n_iter = getattr(estimator, "n_iter_", None)  # boosting rounds or solver iterations, where it has them
         rounds = int(n_iter) if isinstance(n_iter, int | np.integer) else 1

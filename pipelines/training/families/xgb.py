@@ -14,7 +14,7 @@ import pandas as pd
 from mlops.contract import DataContract
 from mlops.errors import ConfigError
 from mlops.model import fit_vocabularies
-from pipelines.training.calibrators import best_f1_threshold
+from pipelines.training.calibrators import between_scores_threshold
 from pipelines.training.families import converted
 from pipelines.training.families.interface import FitSummary, FittedModel, ModelFamily, register_family
 from pipelines.training.families.xgb_model import FittedXGBoost
@@ -64,7 +64,7 @@ class XGBoostFamily(ModelFamily):
         model.set_params(device="cpu")
         raw = np.asarray(model.predict_proba(x_val)[:, 1], dtype=np.float64)
         choice = fit_calibration(raw, y_val, self.settings)
-        threshold = best_f1_threshold(y_val, converted.calibrated(raw, choice.calibrator))
+        threshold = between_scores_threshold(y_val, converted.calibrated(raw, choice.calibrator))
         pr_auc, roc_auc = ranking_scores(y_val, raw)
         rounds = model.get_booster().num_boosted_rounds()
         best = int(getattr(model, "best_iteration", rounds - 1)) + 1

@@ -32,7 +32,7 @@ from pipelines.orchestration.records import ExportRecord
 from pipelines.orchestration.tasks import evaluate_task
 from pipelines.settings import PipelineSettings
 from pipelines.steps.evaluate import EvaluationReport, QualityGates, evaluate
-from pipelines.training.calibrators import best_f1_threshold
+from pipelines.training.calibrators import best_f1_threshold, between_scores_threshold
 from pipelines.training.entry import run_training
 from pipelines.training.export import ExportResult, log_model_to_mlflow
 from pipelines.training.trainer import TrainParams, TrainResult, train_model
@@ -158,6 +158,23 @@ def test_chosen_threshold_maximises_validation_f1(
 @pytest.mark.unit
 def test_best_f1_threshold_on_hand_made_scores(labels: list[int], probs: list[float], expected: float) -> None:
     assert best_f1_threshold(np.array(labels), np.array(probs)) == pytest.approx(expected)
+
+
+@pytest.mark.unit
+def test_a_converted_models_threshold_lies_between_two_scores_with_the_same_decisions() -> None:
+    """Tree scores are few values shared by many rows: the best cut-off 0.35 is one of them, and float32
+    rounding of that score in the served graph would flip all its rows. Halfway to the next lower score
+    (0.3) no row sits at the threshold, and every validation row is decided as at 0.35."""
+    labels = np.array([0, 0, 0, 1, 1, 1, 0, 1, 1, 1])
+    probs = np.array([0.1, 0.3, 0.3, 0.35, 0.35, 0.35, 0.4, 0.8, 0.9, 0.9])
+    best = best_f1_threshold(labels, probs)
+    threshold = between_scores_threshold(labels, probs)
+    assert best == pytest.approx(0.35)
+    assert threshold == pytest.approx(0.325)
+    assert ((probs >= threshold) == (probs >= best)).all()
+    assert np.float32(0.35) >= threshold  # the score as the graph answers it is still flagged
+    # No lower score: the best cut-off flags everything, and stays.
+    assert between_scores_threshold(np.array([1, 0, 1]), np.array([0.2, 0.5, 0.7])) == pytest.approx(0.2)
 
 
 @pytest.mark.unit
