@@ -37,7 +37,10 @@ class MonitoringSettings(Settings):
     canary_error_rate_margin: float = Field(
         default=0.01, ge=0, description="Error rate of the canary above the champion's that fails it.")
     canary_latency_ratio: float = Field(
-        default=1.5, gt=1, description="Canary latency p99 over the champion's that fails it.")
+        default=1.5, gt=1, description="Canary latency p99 over the champion's that fails it (with the floor).")
+    canary_latency_floor_ms: float = Field(
+        default=5.0, ge=0, description="Milliseconds the canary's p99 must also exceed the champion's by to fail: "
+                                       "below it a slower p99 is a busy node's noise, not a slower model.")
     canary_score_psi: float = Field(
         default=0.1, gt=0, description="How far the canary's PSI against its own reference scores may pass the "
                                        "champion's against its own (the arms' PSI against each other without "

@@ -15,11 +15,10 @@ the oldest CANDIDATE_ROWS:
   `mlops model rollback` returns production to the MLP, and the service follows back.
 
 The canary share is CANARY_PERCENT (not the default 10 %) so that a few thousand live rows give both
-arms the judge's default minimum rows and labels. The latency check's limit is LATENCY_RATIO (default
-1.5): both arms answer in one or two milliseconds, and on a two-core machine shared with other test
-runs the p99 of one arm's 2,000 requests has read 1.7 times the other's for the same service (the
-trees score a row in process as fast as the MLP: benchmarks/model_families.py); what this module
-judges is the path, not the machine's noise.
+arms the judge's default minimum rows and labels. The latency check keeps its defaults: both arms
+answer in one or two milliseconds, and on a two-core machine shared with other test runs the p99 of
+one arm's 2,000 requests has read 1.7 times the other's for the same service (the trees score a row
+in process as fast as the MLP: benchmarks/model_families.py), which the check's 5 ms floor absorbs.
 """
 
 from __future__ import annotations
@@ -61,7 +60,6 @@ CANDIDATE_ROWS = 20_000  # each tree on the oldest 20,000, and the 4,000 after t
 POPULATION_ROWS = 40_000
 FRAUD_RATE = 0.05
 CANARY_PERCENT = 50.0
-LATENCY_RATIO = 3.0
 SEED = 23
 STUMP = '{"n_estimators": 1, "max_depth": 1}'
 V2_ROWS = 8
@@ -95,7 +93,6 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Home]:
         patch.setenv("MLOPS_HOME", str(tmp / "home"))
         patch.setenv("MLOPS_MODEL_POLL_INTERVAL_S", "1")
         patch.setenv("MLOPS_CANARY_PERCENT", str(CANARY_PERCENT))
-        patch.setenv("MLOPS_CANARY_LATENCY_RATIO", str(LATENCY_RATIO))
         patch.setenv("MLOPS_GRPC_PORT", str(free_port("127.0.0.1")))  # the service's gRPC port too
         for name in ("MLOPS_ROLLOUT", "MLOPS_CALIBRATION", "MLOPS_PARAMS_FILE", "MLOPS_CONTRACT_PATH"):
             patch.delenv(name, raising=False)

@@ -276,11 +276,21 @@ def test_a_canary_flagging_far_fewer_than_its_reference_did_rolls_back_on_the_de
     assert verdict.reason.startswith("failing: decision rate: fail")
 
 
-@pytest.mark.parametrize("slow", [1.0, 3.0])
-def test_latency_p99_fails_only_past_its_ratio(
-        tmp_path: Path, live: Traffic, write_log: LogWriter, contract: DataContract, slow: float) -> None:
+@pytest.mark.parametrize(("scale", "slow", "fails"), [
+    (1.0, 1.0, False),
+    (1.0, 3.0, True),  # p99 about 20 ms against 60 ms: past the ratio and the floor
+    (0.1, 2.0, False),  # about 2 ms against 4 ms: past the ratio, within the 5 ms floor (a busy node's noise)
+])
+def test_latency_p99_fails_only_past_its_ratio_and_its_floor(
+        tmp_path: Path, live: Traffic, write_log: LogWriter, contract: DataContract, scale: float, slow: float,
+        fails: bool) -> None:
     canary, champion = split_arms(live("none"), contract)
-    verdict = _judge(tmp_path, write_log, canary.assign(latency_s=canary["latency_s"] * slow), champion, None)
+    champion = champion.assign(latency_s=champion["latency_s"] * scale)
+    verdict = _judge(tmp_path, write_log, canary.assign(latency_s=canary["latency_s"] * scale * slow), champion,
+                     None)
     latency = _check(verdict, "latency p99")
-    assert latency["status"] == ("fail" if slow > 1.5 else "pass")
-    assert verdict.verdict == ("roll back" if slow > 1.5 else "wait")
+    figures = latency["figures"]
+    assert isinstance(figures, dict)
+    assert figures["ratio"] > 1.5 or slow == 1.0
+    assert latency["status"] == ("fail" if fails else "pass")
+    assert verdict.verdict == ("roll back" if fails else "wait")
