@@ -18,7 +18,7 @@ from sklearn.metrics import average_precision_score, f1_score
 
 from mlops.data.generator import generate_transactions
 from pipelines.steps.promotion import PromotionRule, decide, f1_from_counts, paired_f1_gain_interval
-from pipelines.training.calibrators import best_f1_threshold
+from pipelines.training.thresholds import best_f1_threshold
 
 RULE = PromotionRule(margin=0.02)
 ALL_FIELDS = ("channel", "country", "merchant_category")

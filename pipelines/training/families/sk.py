@@ -24,11 +24,12 @@ import pandas as pd
 from mlops.contract import DataContract
 from mlops.errors import ConfigError, TrainingError
 from mlops.model import fit_vocabularies
-from pipelines.training.calibrators import Calibrator, between_scores_threshold
+from pipelines.training.calibrators import Calibrator
 from pipelines.training.families import converted
 from pipelines.training.families.interface import FitSummary, FittedModel, ModelFamily, register_family
 from pipelines.training.families.sk_model import FittedSklearn, estimator_name
 from pipelines.training.family_training import fit_calibration, labels, ranking_scores
+from pipelines.training.thresholds import between_scores_threshold
 
 DEFAULT_ESTIMATOR = "sklearn.ensemble.HistGradientBoostingClassifier"
 

@@ -14,11 +14,11 @@ import pandas as pd
 from mlops.contract import DataContract
 from mlops.errors import ConfigError
 from mlops.model import fit_vocabularies
-from pipelines.training.calibrators import between_scores_threshold
 from pipelines.training.families import converted
 from pipelines.training.families.interface import FitSummary, FittedModel, ModelFamily, register_family
 from pipelines.training.families.xgb_model import FittedXGBoost
 from pipelines.training.family_training import fit_calibration, labels, ranking_scores
+from pipelines.training.thresholds import between_scores_threshold
 
 # Defaults a data scientist would start from on tabular fraud data; any XGBClassifier parameter overrides.
 DEFAULTS: dict[str, Any] = {"n_estimators": 500, "learning_rate": 0.1, "max_depth": 6,

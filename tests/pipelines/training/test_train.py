@@ -21,8 +21,8 @@ from mlops.errors import TrainingError
 from mlops.inference import OnnxModel
 from mlops.model import encode
 from pipelines.settings import PipelineSettings
-from pipelines.training.calibrators import best_f1_threshold
 from pipelines.training.export import ExportResult, export_and_check, log_model_to_mlflow
+from pipelines.training.thresholds import best_f1_threshold
 from pipelines.training.tracking import log_training, params_from_run
 from pipelines.training.trained_model import load_trained, save_trained
 from pipelines.training.trainer import EpochMetrics, TrainParams, TrainResult, train_model

@@ -32,9 +32,9 @@ from pipelines.orchestration.records import ExportRecord
 from pipelines.orchestration.tasks import evaluate_task
 from pipelines.settings import PipelineSettings
 from pipelines.steps.evaluate import EvaluationReport, QualityGates, evaluate
-from pipelines.training.calibrators import best_f1_threshold, between_scores_threshold
 from pipelines.training.entry import run_training
 from pipelines.training.export import ExportResult, log_model_to_mlflow
+from pipelines.training.thresholds import best_f1_threshold, between_scores_threshold
 from pipelines.training.trainer import TrainParams, TrainResult, train_model
 
 Splits = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
