@@ -125,6 +125,7 @@ def first_version(tmp_path_factory: pytest.TempPathFactory) -> FirstVersion:
         data = generate_transactions(ROWS, seed=SEED, fraud_rate=FRAUD_RATE, population_rows=POPULATION_ROWS)
         ordered = data.sort_values([contract.timestamp_column, contract.id_column], kind="stable")
         made = Home(settings, contract, ordered.iloc[:CANDIDATE_ROWS], ordered.iloc[CANDIDATE_ROWS:], root)
+        # Its own version 1, not a shared home's: trained on the oldest rows of the population the live rows follow.
         first = _pipeline(made, ordered.iloc[:FIRST_ROWS], "first", epochs=1)
     assert (first.decision, first.version, first.production_version) == ("promote", "1", "1")
     return FirstVersion(root / "home", made.trained, made.live)
