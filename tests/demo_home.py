@@ -45,9 +45,10 @@ class DemoRun:
 
 
 def run_demo(home: Path) -> DemoRun:
-    """`mlops demo --rows ROWS` with MLOPS_HOME=home (the folder above it is its working directory)."""
+    """`mlops demo --rows ROWS` with MLOPS_HOME=home, an empty folder (the one above it is its working directory)."""
     env = {name: value for name, value in os.environ.items() if name not in _UNSET}
     env |= {"MLOPS_HOME": str(home), "MLOPS_MAX_EPOCHS": str(MAX_EPOCHS)}
+    shutil.rmtree(home, ignore_errors=True)  # what a run that died holding the lock left: the demo starts afresh
     home.parent.mkdir(parents=True, exist_ok=True)
     result = subprocess.run([sys.executable, "-m", "mlops_cli", "demo", "--rows", str(ROWS)], env=env,
                             cwd=home.parent, capture_output=True, text=True, timeout=1400, check=False)
