@@ -14,6 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import demo_home
 import pandas as pd
 import pytest
 from filelock import FileLock
@@ -82,6 +83,14 @@ def _mlflow_uris_unset_after_each_module() -> Iterator[None]:
 def contract() -> DataContract:
     """The bundled example contract (card transactions)."""
     return load_contract(BUNDLED_CONTRACT)
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> demo_home.DemoRun:
+    """The run's one real `mlops demo` (tests/demo_home.py): run once whatever the number of xdist
+    workers, in the folder they share; tests copy its home (demo_copy) before they write to it."""
+    basetemp = tmp_path_factory.getbasetemp()
+    return demo_home.demo_run(basetemp if worker_id == "master" else basetemp.parent)
 
 
 # Small train/validation/test splits with the contract's features, shared by the training tests.

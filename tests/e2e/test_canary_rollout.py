@@ -18,6 +18,7 @@ monitoring schedule runs (`mlops model canary judge --if-running`) decides.
 from __future__ import annotations
 
 import itertools
+import shutil
 import threading
 import time
 import zlib
@@ -39,6 +40,7 @@ from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
 from mlops.feature_store import backfill_offline
 from mlops.registry_audit import read_verdicts
+from mlops.store_location import relocate_store
 from mlops_cli.app import app
 from monitoring.labels import ingest_labels
 from monitoring.settings import MonitoringSettings
@@ -95,21 +97,50 @@ def _pipeline(home: Home, source: pd.DataFrame, name: str, epochs: int) -> Pipel
         return run_pipeline(str(path), PipelineSettings(), run_name=name, runner="inline")
 
 
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Home:
-    """Version 1 in production through the pipeline with the default (canary) rollout."""
-    monkeypatch.setenv("MLOPS_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("MLOPS_MODEL_POLL_INTERVAL_S", "1")
-    monkeypatch.delenv("MLOPS_ROLLOUT", raising=False)
-    settings = PipelineSettings()
-    assert settings.rollout == "canary"
-    contract = load_contract(settings.contract_path)
-    data = generate_transactions(ROWS, seed=SEED, fraud_rate=FRAUD_RATE, population_rows=POPULATION_ROWS)
-    ordered = data.sort_values([contract.timestamp_column, contract.id_column], kind="stable")
-    made = Home(settings, contract, ordered.iloc[:CANDIDATE_ROWS], ordered.iloc[CANDIDATE_ROWS:], tmp_path)
-    first = _pipeline(made, ordered.iloc[:FIRST_ROWS], "first", epochs=1)
+@dataclass(frozen=True)
+class FirstVersion:
+    """The home where the pipeline put version 1 in production, and the rows of both tests."""
+
+    home: Path
+    trained: pd.DataFrame
+    live: pd.DataFrame
+
+
+def _home_env(patch: pytest.MonkeyPatch, home: Path) -> None:
+    patch.setenv("MLOPS_HOME", str(home))
+    patch.setenv("MLOPS_MODEL_POLL_INTERVAL_S", "1")
+    patch.delenv("MLOPS_ROLLOUT", raising=False)
+
+
+@pytest.fixture(scope="module")
+def first_version(tmp_path_factory: pytest.TempPathFactory) -> FirstVersion:
+    """Version 1 in production through the pipeline with the default (canary) rollout, once for the
+    module: each test works on its own copy of this home (fixture ``home``)."""
+    root = tmp_path_factory.mktemp("canary-first")
+    with pytest.MonkeyPatch.context() as patch:
+        _home_env(patch, root / "home")
+        settings = PipelineSettings()
+        assert settings.rollout == "canary"
+        contract = load_contract(settings.contract_path)
+        data = generate_transactions(ROWS, seed=SEED, fraud_rate=FRAUD_RATE, population_rows=POPULATION_ROWS)
+        ordered = data.sort_values([contract.timestamp_column, contract.id_column], kind="stable")
+        made = Home(settings, contract, ordered.iloc[:CANDIDATE_ROWS], ordered.iloc[CANDIDATE_ROWS:], root)
+        # Its own version 1, not a shared home's: trained on the oldest rows of the population the live rows follow.
+        first = _pipeline(made, ordered.iloc[:FIRST_ROWS], "first", epochs=1)
     assert (first.decision, first.version, first.production_version) == ("promote", "1", "1")
-    return made
+    return FirstVersion(root / "home", made.trained, made.live)
+
+
+@pytest.fixture
+def home(first_version: FirstVersion, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Home:
+    """This test's own copy of the module's home with version 1 in production; MLOPS_HOME points at it."""
+    copy = tmp_path / "home"
+    shutil.copytree(first_version.home, copy, symlinks=True, ignore=shutil.ignore_patterns("*-shm"))
+    _home_env(monkeypatch, copy)
+    settings = PipelineSettings()
+    relocate_store(settings)  # as `mlops init` in a copied home: its MLflow store names its own artifacts
+    assert registry.alias_version(settings) == "1"
+    return Home(settings, load_contract(settings.contract_path), first_version.trained, first_version.live, tmp_path)
 
 
 def _canary_started(home: Home, outcome: PipelineOutcome) -> str:

@@ -95,6 +95,7 @@ def test_drift_switches_to_fallback_retrains_and_the_service_follows(home: Pipel
     data = generate_transactions(ROWS, seed=21)
     source = tmp_path / "train.parquet"
     data.to_parquet(source, index=False)
+    # Its own champion, not a shared home's: the drifted traffic and the retraining window are this data's.
     # The champion's steps run in this process (the inline runner); the retraining below is kfp.local.
     champion = run_pipeline(str(source), settings, run_name="champion", runner="inline")
     assert champion.decision == "promote"

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from demo_home import DemoRun, demo_copy
 
 from mlops import registry
 from mlops.inference import OnnxModel
@@ -20,16 +21,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """One `mlops demo` run (its home and its printed output), shared by the tests below."""
-    home = tmp_path_factory.mktemp("demo") / "home"
-    # A fifth of the demo's rows and at most 15 epochs: enough for the model to catch some test frauds
-    # (the table must show a caught one), while most of the time is still the steps' process starts.
-    env = {**os.environ, "MLOPS_HOME": str(home), "MLOPS_MAX_EPOCHS": "15"}
-    result = subprocess.run([sys.executable, "-m", "mlops_cli", "demo", "--rows", "6000"], env=env,
-                            capture_output=True, text=True, timeout=1400, check=False)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return home, result.stdout
+def demo(demo_run: DemoRun, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The run's one `mlops demo` (tests/demo_home.py: 6,000 rows, at most 15 epochs): this module's copy
+    of its home, and its printed output."""
+    return demo_copy(demo_run, tmp_path_factory.mktemp("demo") / "home"), demo_run.stdout
 
 
 SAMPLE_ROW = re.compile(r"│\s+(fraud|legit)\s+│\s+([0-9.]+)\s+│\s+(fraud|legit)\s+│\s+"

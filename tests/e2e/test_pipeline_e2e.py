@@ -1,19 +1,20 @@
 """End to end: the compiled pipeline through kfp.local on small data, then the service.
 
-The first run (a model promoted) is built once per session and kept as a template; every test
-starts from a fresh copy of that home, so the scenarios (the same data again changes nothing, a
-worse model is registered but not promoted, corrupted data stops at validate without creating a
-version) are independent: one promotion bug fails one test, in any order.
+The first run (a model promoted) is the kfp.local run of the test run's one `mlops demo`
+(tests/demo_home.py, shared with tests/e2e/test_demo.py), copied once per session and kept as a
+template; every test starts from a fresh copy of that home, so the scenarios (the same data again
+changes nothing, a worse model is registered but not promoted, corrupted data stops at validate
+without creating a version) are independent: one promotion bug fails one test, in any order.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import re
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +23,13 @@ import httpx
 import numpy as np
 import pandas as pd
 import pytest
+from demo_home import MAX_EPOCHS as DEMO_MAX_EPOCHS
+from demo_home import ROWS as DEMO_ROWS
+from demo_home import DemoRun, demo_copy
 
-from feature_repo.store import materialize_online
+from feature_repo.store import materialize_online, publish_features
 from mlops import registry
 from mlops.contract import DataContract, load_contract
-from mlops.data.generator import generate_transactions
 from mlops.errors import PipelineError
 from mlops.feature_store import offline_features
 from mlops.inference import OnnxModel
@@ -35,12 +38,13 @@ from pipelines.demo import free_port, replay_start, start_service, wait_ready
 from pipelines.demo_replay import request_body
 from pipelines.orchestration.environment import settings_env
 from pipelines.orchestration.progress import StepReport
-from pipelines.orchestration.runner import PipelineOutcome, run_log_path, run_pipeline
+from pipelines.orchestration.records import IngestRecord
+from pipelines.orchestration.run_records import RunRecords
+from pipelines.orchestration.runner import PipelineOutcome, read_outcome, run_log_path, run_pipeline
 from pipelines.settings import PipelineSettings
 from pipelines.steps.preprocess import time_split
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
-ROWS = 8000
 PARITY_TOLERANCE = 1e-6
 
 
@@ -52,7 +56,7 @@ class Platform:
     source: Path
     first: PipelineOutcome
     first_steps: list[StepReport]
-    first_wall_s: float  # the wall time of the first run_pipeline call
+    first_wall_s: float  # the demo's whole time, which holds the first run's
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,7 @@ class FirstRun:
     home: Path
     template: Path
     data: pd.DataFrame
+    source: Path
     first: PipelineOutcome
     first_steps: list[StepReport]
     first_wall_s: float
@@ -72,25 +77,44 @@ class FirstRun:
 ISOLATED_ENV = {"MLFLOW_SQLALCHEMYSTORE_POOLCLASS": "NullPool"}
 
 
+# The demo's output: where its run logs its steps (the run's name), each finished step, its total time.
+RUN_LOG = re.compile(r"step logs in (\S+)\.log\)")
+STEP_LINE = re.compile(r"^ {6}(\w+) +(\d+\.\d) s(?:  (.*))?$", re.MULTILINE)
+DEMO_TOOK = re.compile(r"Demo took (\d+) s")
+
+
 @pytest.fixture(scope="session")
-def first_run(tmp_path_factory: pytest.TempPathFactory) -> FirstRun:
+def first_run(demo_run: DemoRun, tmp_path_factory: pytest.TempPathFactory) -> FirstRun:
+    """The first run is the pipeline run of the test run's one `mlops demo` (tests/demo_home.py: through
+    kfp.local, on 6,000 rows, at most 15 epochs): its home copied, then brought back to what the pipeline
+    left, before the demo's service and replay (a fresh online store with the offline features the run
+    published, no prediction log, no model cache). Its step reports are the demo's printed step lines."""
     root = tmp_path_factory.mktemp("platform")
-    home = root / "home"
+    home = demo_copy(demo_run, root / "home")
+    output = demo_run.stdout
+    logged = RUN_LOG.search(output)
+    took = DEMO_TOOK.search(output)
+    assert logged, output[-3000:]
+    assert took, output[-3000:]
+    run_name = Path(logged.group(1)).name
+    steps = [StepReport(step, figure != "FAILED", float(seconds), "" if figure == "FAILED" else figure)
+             for step, seconds, figure in STEP_LINE.findall(output)]
     with pytest.MonkeyPatch.context() as patch:
-        for key, value in {**ISOLATED_ENV, "MLOPS_HOME": str(home)}.items():
+        for key, value in {**ISOLATED_ENV, "MLOPS_HOME": str(home), "MLOPS_MAX_EPOCHS": str(DEMO_MAX_EPOCHS)}.items():
             patch.setenv(key, value)
         settings = PipelineSettings()
-        data = generate_transactions(ROWS, seed=11)
-        source = home / "raw" / "transactions.parquet"
-        source.parent.mkdir(parents=True)
-        data.to_parquet(source, index=False)
-        steps: list[StepReport] = []
-        started = time.monotonic()
-        first = run_pipeline(str(source), settings, run_name="first", on_step=steps.append)
-        wall_s = time.monotonic() - started
+        first = read_outcome(settings, run_name)
+        ingested = RunRecords.of(settings, run_name).record("ingest", IngestRecord)
+        assert ingested is not None
+        for left_by_the_demo in (settings.feast_dir, home / "predictions", home / "serving"):
+            shutil.rmtree(left_by_the_demo, ignore_errors=True)
+        publish_features(settings.snapshots_dir / ingested.dataset_sha256 / "data.parquet",
+                         load_contract(settings.contract_path), settings)  # what the run's preprocess published
+    source = next((home / "demo").glob("*.parquet"))
     template = root / "template"
     shutil.copytree(home, template)
-    return FirstRun(home, template, data, first, steps, wall_s)
+    # The demo's whole time (generation, the pipeline, the service and its replay): the run's wall time is within it.
+    return FirstRun(home, template, pd.read_parquet(source), source, first, steps, float(took.group(1)))
 
 
 @pytest.fixture
@@ -99,12 +123,12 @@ def platform(first_run: FirstRun) -> Iterator[Platform]:
     shutil.rmtree(first_run.home)
     shutil.copytree(first_run.template, first_run.home)
     with pytest.MonkeyPatch.context() as patch:
-        for key, value in {**ISOLATED_ENV, "MLOPS_HOME": str(first_run.home)}.items():
+        for key, value in {**ISOLATED_ENV, "MLOPS_HOME": str(first_run.home),
+                           "MLOPS_MAX_EPOCHS": str(DEMO_MAX_EPOCHS)}.items():
             patch.setenv(key, value)
         settings = PipelineSettings()
-        yield Platform(settings, load_contract(settings.contract_path), first_run.data,
-                       first_run.home / "raw" / "transactions.parquet", first_run.first, first_run.first_steps,
-                       first_run.first_wall_s)
+        yield Platform(settings, load_contract(settings.contract_path), first_run.data, first_run.source,
+                       first_run.first, first_run.first_steps, first_run.first_wall_s)
 
 
 def _run_metrics(settings: PipelineSettings, run_id: str) -> dict[str, float]:
@@ -131,10 +155,10 @@ def test_first_run_reports_each_step_and_keeps_its_logs_in_a_file(platform: Plat
     assert all(s.succeeded and s.seconds > 0 and s.figure for s in steps), [s.line for s in steps]
     # Each step is timed from its own start to its end: one after another, within the run's wall time.
     assert sum(s.seconds for s in steps) <= platform.first_wall_s
-    assert steps[0].figure.startswith(f"{ROWS:,} rows, sha256 ")
+    assert steps[0].figure.startswith(f"{DEMO_ROWS:,} rows, sha256 ")
     assert steps[4].figure.startswith("ONNX parity vs torch")
     assert steps[5].figure.endswith("-> promote")
-    log = run_log_path(platform.settings, "first").read_text()
+    log = run_log_path(platform.settings, platform.first.run_name).read_text()
     assert "Executing task 'train'" in log
     assert "validation passed" in log  # the steps' own log lines
     assert "\x1b[" not in log

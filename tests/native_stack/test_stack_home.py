@@ -1,9 +1,10 @@
 """`make demo` then `make stack` (issue 30, point 3, acceptance 4): the stack keeps to its own home.
 
-The embedded home is made by the real `mlops demo` (what `make demo` runs) on 3,000 generated rows,
-in a temporary folder that is also the working directory, so both homes take their defaults
-(`.mlops` and the stack profile's `.mlops-stack`): the inline pipeline promotes version 1 in the
-embedded SQLite store, the demo's service caches it, claims its log and logs its answers. Answers
+The embedded home is made by the real `mlops demo` (what `make demo` runs; the run's one demo,
+tests/demo_home.py, shared with tests/e2e/test_demo.py), copied into a temporary folder that is also
+the working directory, so both homes take their defaults (`.mlops` and the stack profile's
+`.mlops-stack`): the demo's pipeline promoted version 1 in the embedded SQLite store, the demo's
+service cached it, claimed its log and logged its answers. Answers
 of versions 1 and 2 dated ten minutes ahead are added to that log, inside any window the stack's
 jobs read, so a stack that read the embedded log would count them. Every file of the embedded home
 is hashed before the stack starts; then the stack serves nothing (503) until its own pipeline
@@ -15,10 +16,7 @@ home are refused in one line, and after `stack down` the embedded home is byte-i
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -27,6 +25,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from demo_home import DemoRun, demo_copy
 from prometheus_stack import free_port, until
 from stack_binaries import NEEDS_SERVERS
 
@@ -59,11 +58,10 @@ def _hashes(home: Path) -> dict[str, str]:
             for path in sorted(home.rglob("*")) if path.is_file()}
 
 
-def _embedded_home(bodies: list[dict[str, object]]) -> str:
-    """`mlops demo` under ./.mlops, then answers dated ahead in its log; returns the promoted version."""
-    demo = subprocess.run([sys.executable, "-m", "mlops_cli", "demo", "--rows", str(ROWS)], capture_output=True,
-                          text=True, timeout=900, check=False, env={**os.environ, "MLOPS_PORT": str(free_port())})
-    assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+def _embedded_home(demo: DemoRun, bodies: list[dict[str, object]]) -> str:
+    """The run's `mlops demo` home copied to ./.mlops, then answers dated ahead in its log; returns the
+    promoted version."""
+    demo_copy(demo, Path(".mlops").resolve())
     settings = Settings()
     log = PredictionLog(log_dir(settings), fsync_interval_s=0)
     ahead = datetime.now(UTC) + timedelta(minutes=10)
@@ -88,7 +86,8 @@ def work() -> Iterator[Path]:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_the_stack_never_serves_reads_or_writes_the_embedded_home(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_stack_never_serves_reads_or_writes_the_embedded_home(work: Path, demo_run: DemoRun,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(work)
     for name in ("MLOPS_HOME", "MLOPS_PROFILE", "MLOPS_TRACKING_URI", "MLOPS_SETTINGS_JSON"):
         monkeypatch.delenv(name, raising=False)
@@ -98,7 +97,7 @@ def test_the_stack_never_serves_reads_or_writes_the_embedded_home(work: Path, mo
     data.to_parquet(source, index=False)
     contract = load_contract(Settings().contract_path)
     bodies = [request_body(row, contract) for _, row in time_split(data, contract)["test"].iterrows()]
-    assert _embedded_home(bodies[:60]) == "1"
+    assert _embedded_home(demo_run, bodies[:60]) == "1"
     embedded = work / ".mlops"
     before = _hashes(embedded)
     assert any(name.startswith("predictions/") for name in before)

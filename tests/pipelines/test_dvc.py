@@ -200,6 +200,7 @@ def assert_deploy_followed_evaluate(records: Path, home: Path, serving_before: s
 
 @pytest.mark.e2e
 def test_dvc_repro_runs_every_stage_then_nothing_then_only_what_a_param_touches(tmp_path: Path) -> None:
+    # Its own runs from an empty home, not a shared home: what `dvc repro` runs and records is the subject.
     project, home = tmp_path / "project", tmp_path / "home"
     copy_project(project)
     set_params(project, demo_rows=2_000, max_epochs=1)  # seed 42: frauds in all three splits

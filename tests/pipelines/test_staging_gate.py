@@ -33,6 +33,7 @@ def test_same_data_and_shuffled_label_candidates_never_leave_staging(
     labels = np.random.default_rng(3).permutation(data["is_fraud"].to_numpy())
     data.assign(is_fraud=labels).to_parquet(shuffled, index=False)
 
+    # Its own first run, not a shared home's: a registry's first version under the canary rollout is the subject.
     shown = CliRunner().invoke(app, ["pipeline", "run", str(same), "--runner", "inline", "--run-name", "first"])
     assert shown.exit_code == 0, shown.output
     closing = " ".join(shown.output.split()[-20:])
