@@ -209,6 +209,21 @@ def test_bad_contract_raises_config_error_naming_problem(
     assert info.value.exit_code == 2
 
 
+def test_a_bad_contract_names_the_field_of_its_first_error(tmp_path: Path, raw: dict[str, Any]) -> None:
+    """The error carries the field's path apart from the message (the API's JSON body shows it as
+    ``field``); an error of the whole contract names none."""
+    data = copy.deepcopy(raw)
+    _unknown_column_field(data)
+    with pytest.raises(ConfigError) as info:
+        load_contract(_write(tmp_path, data))
+    assert info.value.field == "columns.4.unit"
+    whole = copy.deepcopy(raw)
+    _undeclared_entity(whole)
+    with pytest.raises(ConfigError) as info:
+        load_contract(_write(tmp_path, whole))
+    assert info.value.field is None
+
+
 def test_contract_is_frozen(contract: DataContract) -> None:
     with pytest.raises(ValueError, match="frozen"):
         contract.min_rows = 1  # type: ignore[misc]

@@ -173,6 +173,9 @@ def test_a_converted_models_threshold_lies_between_two_scores_with_the_same_deci
     assert threshold == pytest.approx(0.325)
     assert ((probs >= threshold) == (probs >= best)).all()
     assert np.float32(0.35) >= threshold  # the score as the graph answers it is still flagged
+    # Scores the graph answers in float32: the midpoint is computed in float64, not rounded to float32.
+    single = probs.astype(np.float32)
+    assert between_scores_threshold(labels, single) == (float(np.float32(0.35)) + float(np.float32(0.3))) / 2
     # No lower score: the best cut-off flags everything, and stays.
     assert between_scores_threshold(np.array([1, 0, 1]), np.array([0.2, 0.5, 0.7])) == pytest.approx(0.2)
 
