@@ -66,7 +66,8 @@ DEPLOYABLE_FIELDS = frozenset({
     "drift_psi_warning", "drift_psi_critical", "drift_min_rows", "drift_cooldown_s", "drift_retrain",  # monitoring
     "estimate_drop_warning", "estimate_drop_critical", "calibration_ece_limit", "calibration_min_labelled",
     "canary_min_rows", "canary_min_latency_rows", "canary_min_labelled", "canary_min_positives",
-    "canary_error_rate_margin", "canary_latency_ratio", "canary_score_psi", "canary_decision_rate_ratio",
+    "canary_error_rate_margin", "canary_latency_ratio", "canary_latency_floor_ms",
+    "canary_score_psi", "canary_decision_rate_ratio",
     "canary_pr_auc_margin", "canary_significance",
     "stack_postgres_port", "stack_prometheus_port", "stack_scrape_interval_s",  # native_stack
     "gate_min_f1", "gate_max_p99_ratio",  # ci_gates
