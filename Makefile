@@ -34,17 +34,20 @@ demo: setup
 # handed out first (tests/conftest.py). Not --dist loadgroup: xdist 3.8 cannot rename pytest 9's node ids,
 # so its groups are silently ignored. `make test TEST_WORKERS=0` runs in this process, one test after another.
 TEST_SEED ?= 338462761
+# pytest caches each test module as it rewrites its asserts (a .pyc beside it) only where Python may write
+# bytecode; PYTHONDONTWRITEBYTECODE (set on some machines) would make every run rewrite them all again.
+PYTEST := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest
 TEST_WORKERS ?= 3
 # .ci/system-packages.sh installs the Debian packages whose programs the tests start, when run as root
 # with apt-get; otherwise it says in one line what to install, and those tests skip.
 test: setup validate-infra
 	@.ci/system-packages.sh
-	$(PY) -m pytest --durations=25 -p randomly --randomly-seed=$(TEST_SEED) \
+	$(PYTEST) --durations=25 -p randomly --randomly-seed=$(TEST_SEED) \
 		-n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 # The unit tier (docs/testing.md): in-process tests on small data, about a minute; run it first.
 test-fast: setup
-	$(PY) -m pytest -q -m unit -p randomly --randomly-seed=$(TEST_SEED) -n 2 --dist loadscope
+	$(PYTEST) -q -m unit -p randomly --randomly-seed=$(TEST_SEED) -n 2 --dist worksteal
 
 # The import contracts ([tool.importlinter] in pyproject.toml): the layers, and what serving never loads.
 # Each folder's conftest.py is checked alone, with tests/served_platform.py beside it (the serving and
