@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "monitori
 from served_traffic import TrainedTraffic
 
 from mlops.contract import load_contract
+from mlops.contracts import BUNDLED_CONTRACT
 from mlops.data.generator import Scenario
-from mlops.settings import BUNDLED_CONTRACT
 from monitoring.drift import compute_drift
 
 WINDOWS = {"1h": pd.Timedelta(hours=1), "6h": pd.Timedelta(hours=6), "1d": pd.Timedelta(days=1),

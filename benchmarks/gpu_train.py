@@ -18,8 +18,8 @@ import torch
 from train_input_path import Batch, synthetic, tensor_slices
 
 from mlops.contract import load_contract
+from mlops.contracts import BUNDLED_CONTRACT
 from mlops.model import TabularMLP, fit_vocabularies
-from mlops.settings import BUNDLED_CONTRACT
 
 
 def _sample_utilisation(stop: threading.Event, readings: list[float]) -> None:

@@ -28,8 +28,8 @@ STEPS = ("generate", "ingest", "validate")
 def _step(step: str, rows: int, folder: Path) -> dict[str, object]:
     """One step in this process (the child side); returns what it produced."""
     from mlops.contract import load_contract
+    from mlops.contracts import BUNDLED_CONTRACT
     from mlops.data import generator
-    from mlops.settings import BUNDLED_CONTRACT
 
     contract = load_contract(BUNDLED_CONTRACT)
     source = folder / "tx.parquet"

@@ -27,7 +27,8 @@ import pandas as pd
 import psutil
 
 from mlops.contract import DataContract, load_contract
-from mlops.settings import BUNDLED_CONTRACT, Settings
+from mlops.contracts import BUNDLED_CONTRACT
+from mlops.settings import Settings
 
 HOT_MERCHANT = "M_HOT"
 

@@ -17,8 +17,8 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from mlops.contract import load_contract
+from mlops.contracts import BUNDLED_CONTRACT
 from mlops.model import TabularMLP, fit_vocabularies
-from mlops.settings import BUNDLED_CONTRACT
 
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 

@@ -32,8 +32,9 @@ import pyarrow.parquet as pq
 import torch
 
 from mlops.contract import DataContract, load_contract
+from mlops.contracts import BUNDLED_CONTRACT
 from mlops.model import TabularMLP, fit_vocabularies
-from mlops.settings import BUNDLED_CONTRACT, Settings
+from mlops.settings import Settings
 from pipelines.splits import split_paths
 from pipelines.training.data import read_split
 from pipelines.training.entry import run_training

@@ -23,9 +23,9 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 from mlops.contract import DataContract, load_contract
+from mlops.contracts import BUNDLED_CONTRACT
 from mlops.data.generator import generate_transactions
 from mlops.feature_replay import replay_features
-from mlops.settings import BUNDLED_CONTRACT
 from pipelines.settings import PipelineSettings
 
 # tier_markers: every test's tier checked at collection; stray_stores: no MLflow store left in the working

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from mlops.settings import BUNDLED_CONTRACT
+from mlops.contracts import BUNDLED_CONTRACT
 from pipelines.orchestration.records import (
     DeployRecord,
     EvaluateRecord,

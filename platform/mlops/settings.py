@@ -40,9 +40,9 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from mlops.contracts import BUNDLED_CONTRACT
 from mlops.errors import ConfigError
 
-BUNDLED_CONTRACT = Path(__file__).parent / "contracts" / "fraud.yaml"
 ENV_PREFIX = "MLOPS_"
 PARAMS_FILE_VARIABLE = "MLOPS_PARAMS_FILE"
 # The whole settings of a parent process as one JSON record (settings_record): a kfp.local step or a

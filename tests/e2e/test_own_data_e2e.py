@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from feature_repo.store import materialize_online
 from mlops.contract import DataContract, load_contract
-from mlops.data.examples import CONTRACTS_DIR
+from mlops.contracts import CONTRACTS_DIR
 from mlops.settings import Settings
 from mlops_cli.app import app
 from pipelines.demo import free_port, replay_start, start_service, wait_ready

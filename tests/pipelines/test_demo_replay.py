@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mlops.contract import load_contract
-from mlops.settings import BUNDLED_CONTRACT
+from mlops.contracts import BUNDLED_CONTRACT
 from pipelines.demo_replay import pick_samples, sample_quota, summary_line, with_outcomes
 
 pytestmark = pytest.mark.unit

@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 
 from mlops import registry
 from mlops.contract import load_contract
+from mlops.contracts import BUNDLED_CONTRACT
 from mlops.data.generator import generate_transactions
 from mlops.errors import PipelineError
-from mlops.settings import BUNDLED_CONTRACT
 from mlops_cli.app import app
 from pipelines.demo_replay import request_body
 from pipelines.orchestration.runner import PipelineOutcome, run_pipeline

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from mlops.contract import DataContract, Decisions, FeatureSpec, FeatureViewSpec, load_contract
+from mlops.contracts import BUNDLED_CONTRACT
 from mlops.errors import ConfigError
-from mlops.settings import BUNDLED_CONTRACT
 
 pytestmark = pytest.mark.unit
 

@@ -13,9 +13,9 @@ import pytest
 from mlops.contract import load_contract
 from mlops.contract_check import check_data
 from mlops.contract_draft import draft_contract
+from mlops.contracts import BUNDLED_CONTRACT
 from mlops.data.generator import generate_transactions, write_transactions
 from mlops.errors import InputError
-from mlops.settings import BUNDLED_CONTRACT
 
 pytestmark = pytest.mark.unit
 

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from mlops.contract import DataContract, FeatureSpec, FeatureViewSpec
+from mlops.contracts import BUNDLED_CONTRACT
 from mlops.feature_replay import replay_features
 from mlops.features import (
     History,
@@ -24,7 +25,6 @@ from mlops.features import (
     set_labels,
     to_micros,
 )
-from mlops.settings import BUNDLED_CONTRACT
 
 pytestmark = pytest.mark.unit
 

@@ -12,7 +12,8 @@ import torch
 from pydantic import ValidationError
 
 from mlops.contract import DataContract, Decisions, load_contract
-from mlops.data.examples import CONTRACTS_DIR, example_generator
+from mlops.contracts import CONTRACTS_DIR
+from mlops.data.examples import example_generator
 from mlops.data.terminal_generator import generate_payments
 from mlops.errors import ConfigError
 from mlops.feature_replay import replay_features

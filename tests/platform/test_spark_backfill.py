@@ -24,7 +24,7 @@ from mlops.backfill.interface import PROBABILITY
 from mlops.backfill.spark_engine import backfill_frame, backfill_spark, score_spark
 from mlops.backfill.spark_job import main as spark_job
 from mlops.contract import DataContract, load_contract
-from mlops.data.examples import CONTRACTS_DIR
+from mlops.contracts import CONTRACTS_DIR
 from mlops.data.generator import generate_transactions
 from mlops.data.terminal_generator import generate_payments
 from mlops.errors import InputError

@@ -146,7 +146,7 @@ def test_integer_keys_compare_as_their_digits(tmp_path_factory: pytest.TempPathF
     """Integer ids (the terminal-payments contract): a card meets a terminal, whatever the int type."""
     import yaml
 
-    from mlops.settings import BUNDLED_CONTRACT
+    from mlops.contracts import BUNDLED_CONTRACT
 
     raw = yaml.safe_load((BUNDLED_CONTRACT.parent / "terminals.yaml").read_text())
     raw["feature_views"][0]["features"] += [

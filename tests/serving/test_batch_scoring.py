@@ -13,8 +13,8 @@ from served_platform import ServedPlatform
 from typer.testing import CliRunner
 
 from mlops.contract import load_contract
+from mlops.contracts import BUNDLED_CONTRACT
 from mlops.data.generator import generate_transactions
-from mlops.settings import BUNDLED_CONTRACT
 from mlops_cli.app import app
 from serving.app import create_app
 

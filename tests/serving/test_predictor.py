@@ -293,7 +293,7 @@ def test_an_integer_id_is_answered_as_the_integer_it_was_asked_as(loaded: Loaded
     import pandas as pd
 
     from mlops.contract import load_contract
-    from mlops.settings import BUNDLED_CONTRACT
+    from mlops.contracts import BUNDLED_CONTRACT
 
     terminals = load_contract(BUNDLED_CONTRACT.parent / "terminals.yaml")
     settings = Settings(home=tmp_path)

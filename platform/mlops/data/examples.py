@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Protocol
 
 from mlops.contract import DataContract
+from mlops.contracts import BUNDLED_CONTRACT, CONTRACTS_DIR
 from mlops.errors import ConfigError
-
-CONTRACTS_DIR = Path(__file__).parent.parent / "contracts"
 
 
 class ExampleGenerator(Protocol):
@@ -39,7 +38,7 @@ def _terminal_payments(out: Path, rows: int, contract: DataContract, *, seed: in
 
 
 EXAMPLES: dict[str, tuple[Path, Callable[..., float]]] = {
-    "card-transactions": (CONTRACTS_DIR / "fraud.yaml", _card_transactions),
+    "card-transactions": (BUNDLED_CONTRACT, _card_transactions),
     "terminal-payments": (CONTRACTS_DIR / "terminals.yaml", _terminal_payments),
 }
 

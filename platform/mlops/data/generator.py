@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mlops.contract import DataContract, load_contract
-from mlops.settings import BUNDLED_CONTRACT
+from mlops.contracts import BUNDLED_CONTRACT
 
 Scenario = Literal["none", "amount_inflation", "online_shift", "fraud_surge", "new_countries", "night_fraud",
                    "new_merchant_category"]

@@ -17,8 +17,8 @@ from threadpoolctl import threadpool_limits
 from typer.testing import CliRunner
 
 from mlops import registry
+from mlops.contracts import BUNDLED_CONTRACT
 from mlops.errors import ConfigError
-from mlops.settings import BUNDLED_CONTRACT
 from mlops_cli.app import app
 from pipelines.settings import PipelineSettings
 from pipelines.training.search import check_space

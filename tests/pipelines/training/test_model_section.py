@@ -16,8 +16,9 @@ from typer.testing import CliRunner
 
 from mlops.contract import load_contract
 from mlops.contract_model import MODEL_FAMILIES, ModelSection
+from mlops.contracts import BUNDLED_CONTRACT
 from mlops.errors import ConfigError
-from mlops.settings import BUNDLED_CONTRACT, PARAMS_FILE_VARIABLE, SETTINGS_RECORD_VARIABLE, settings_record
+from mlops.settings import PARAMS_FILE_VARIABLE, SETTINGS_RECORD_VARIABLE, settings_record
 from mlops_cli.app import app
 from pipelines.settings import PipelineSettings
 from pipelines.splits import split_paths
