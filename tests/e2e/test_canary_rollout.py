@@ -24,7 +24,7 @@ import time
 import zlib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,9 +32,9 @@ from typing import Any
 import httpx
 import pandas as pd
 import pytest
+from live_service import serving_before
 from typer.testing import CliRunner
 
-from feature_repo.store import materialize_online
 from mlops import registry
 from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
@@ -44,7 +44,6 @@ from mlops.store_location import relocate_store
 from mlops_cli.app import app
 from monitoring.labels import ingest_labels
 from monitoring.settings import MonitoringSettings
-from pipelines.demo import free_port, start_service, wait_ready
 from pipelines.demo_replay import request_body
 from pipelines.orchestration.runner import PipelineOutcome, run_pipeline
 from pipelines.settings import PipelineSettings
@@ -155,21 +154,9 @@ def _canary_started(home: Home, outcome: PipelineOutcome) -> str:
     return version
 
 
-@contextmanager
-def _serving(home: Home) -> Iterator[str]:
+def _serving(home: Home) -> AbstractContextManager[str]:
     """The service in its own process, the online store just before the live rows."""
-    settings, contract = home.settings, home.contract
-    first = pd.Timestamp(home.live[contract.timestamp_column].min())
-    materialize_online(settings, contract, (first - pd.Timedelta(microseconds=1)).to_pydatetime())
-    port = free_port(settings.host)
-    base, log = f"http://{settings.host}:{port}", home.tmp / "serving.log"
-    process = start_service(settings.model_copy(update={"port": port}), port, log)
-    try:
-        wait_ready(base, process, log)
-        yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+    return serving_before(home.settings, home.contract, home.live, home.tmp)
 
 
 def _post(http: httpx.Client, body: dict[str, Any], customer: str, load: Load) -> None:

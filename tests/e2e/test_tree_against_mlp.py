@@ -27,7 +27,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,9 +37,9 @@ import pandas as pd
 import pytest
 import tritonclient.grpc as oip_grpc
 import tritonclient.http as oip_http
+from live_service import serving_before
 from typer.testing import CliRunner
 
-from feature_repo.store import materialize_online
 from mlops import registry
 from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
@@ -48,7 +48,7 @@ from mlops.registry_audit import read_verdicts
 from mlops_cli.app import app
 from monitoring.labels import ingest_labels
 from monitoring.references import fetch_profile
-from pipelines.demo import free_port, start_service, wait_ready
+from pipelines.demo import free_port
 from pipelines.demo_replay import request_body
 from pipelines.orchestration.runner import PipelineOutcome, run_pipeline
 from pipelines.settings import PipelineSettings
@@ -116,21 +116,9 @@ def _run(home: Home, version: str) -> tuple[str, dict[str, float]]:
     return str(run.data.params["model_family"]), dict(run.data.metrics)
 
 
-@contextmanager
-def _serving(home: Home) -> Iterator[str]:
+def _serving(home: Home) -> AbstractContextManager[str]:
     """The service in its own process, the online store just before the live rows."""
-    settings, contract = home.settings, home.contract
-    first = pd.Timestamp(home.live[contract.timestamp_column].min())
-    materialize_online(settings, contract, (first - pd.Timedelta(microseconds=1)).to_pydatetime())
-    port = free_port(settings.host)
-    base, log = f"http://{settings.host}:{port}", home.tmp / "serving.log"
-    process = start_service(settings.model_copy(update={"port": port}), port, log)
-    try:
-        wait_ready(base, process, log)
-        yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+    return serving_before(home.settings, home.contract, home.live, home.tmp)
 
 
 def _until(condition: Callable[[], bool], what: str, timeout_s: float = 120.0) -> None:
