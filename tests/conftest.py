@@ -5,7 +5,9 @@ from __future__ import annotations
 import atexit
 import gc
 import os
+import signal
 import sqlite3
+import subprocess
 import sys
 import time
 import warnings
@@ -33,22 +35,56 @@ from pipelines.settings import PipelineSettings
 pytest_plugins = ("tier_markers", "stray_stores", "pytester")
 
 
+def _uses_the_demo(item: pytest.Item) -> bool:
+    return "demo_run" in getattr(item, "fixturenames", ())
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """On a pytest-xdist worker (`make test`: --dist loadscope --no-loadscope-reorder, each module on
     one worker, handed out in collection order): the long modules (end-to-end tests, or a declared
     timeout: minutes each) go first, the longest declared timeout first, after pytest-randomly's
-    shuffle, so the workers do not end with one long module alone."""
+    shuffle, so the workers do not end with one long module alone. The long modules that need the
+    run's demo come after the other long ones: the demo is built in the background meanwhile
+    (pytest_collection_finish), and a worker handed one of them early would sit waiting for it."""
     if not hasattr(config, "workerinput"):
         return
     longest: dict[str, float] = {}
+    demo_modules: set[str] = set()
     for item in items:
         timeout = item.get_closest_marker("timeout")
         declared = float(timeout.args[0]) if timeout is not None and timeout.args else 0.0
         long = declared or (1.0 if item.get_closest_marker("e2e") else 0.0)
         module = item.nodeid.split("::", 1)[0]
         longest[module] = max(longest.get(module, 0.0), long)
-    items.sort(key=lambda item: -longest[item.nodeid.split("::", 1)[0]])  # stable: keeps the shuffle otherwise
+        if _uses_the_demo(item):
+            demo_modules.add(module)
 
+    def rank(item: pytest.Item) -> tuple[int, float]:
+        module = item.nodeid.split("::", 1)[0]
+        return (1 if module in demo_modules else 0) if longest[module] else 2, -longest[module]
+
+    items.sort(key=rank)  # stable: keeps the shuffle otherwise
+
+
+_background_demo: list[subprocess.Popen[bytes]] = []
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On an xdist worker whose selection needs the demo: start it in the background (once per run)."""
+    workerinput = getattr(session.config, "workerinput", None)
+    if workerinput is None or not any(_uses_the_demo(item) for item in session.items):
+        return
+    started = demo_home.start_in_background(Path(session.config.option.basetemp).parent)
+    if started is not None:
+        _background_demo.append(started)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A run stopped early does not leave the demo running (workers end together, when every test is done)."""
+    for process in _background_demo:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=60)
 
 
 @event.listens_for(Engine, "connect")

@@ -1,12 +1,15 @@
 """The home of one real `mlops demo` run, shared by the tests that need one (tests/e2e/test_demo.py,
-tests/native_stack/test_stack_home.py).
+tests/native_stack/test_stack_home.py, tests/e2e/test_pipeline_e2e.py).
 
 The demo is the CLI in a subprocess (kfp.local, a process per step, then the service and the replay
 of the test split): about a minute and a half of two cores. It runs once per test run, whatever the
 number of xdist workers: the first worker to take the lock in the run's shared temporary folder runs
 it there and records its exit status and printed output; the others wait for the lock and read the
-record. Each module works on its own copy of the home (:func:`demo_copy`), its MLflow store pointed
-at the copy's own artifacts, so what one module writes never reaches another's.
+record. Under xdist a process of its own takes the lock first (:func:`start_in_background`, as soon as
+a worker has collected a test that needs the demo), so the demo is built while the workers run other
+modules instead of one worker building it and the others waiting. Each module works on its own copy
+of the home (:func:`demo_copy`), its MLflow store pointed at the copy's own artifacts, so what one
+module writes never reaches another's.
 """
 
 from __future__ import annotations
@@ -68,6 +71,18 @@ def demo_run(shared_root: Path) -> DemoRun:
     return DemoRun(home, recorded["returncode"], recorded["stdout"], recorded["stderr"])
 
 
+def start_in_background(shared_root: Path) -> subprocess.Popen[bytes] | None:
+    """Start :func:`demo_run` in a process of its own, once per ``shared_root`` (the first caller wins);
+    returns that process to the caller that started it, None to the others."""
+    shared_root.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(shared_root / "demo-started", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return None
+    return subprocess.Popen([sys.executable, __file__, str(shared_root)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
 def demo_copy(run: DemoRun, home: Path) -> Path:
     """A copy of the demo's home at ``home``, its MLflow store pointed at the copy's artifacts (what
     `mlops init` does in a copied home); the feature definitions still name the original's offline files."""
@@ -75,3 +90,7 @@ def demo_copy(run: DemoRun, home: Path) -> Path:
     shutil.copytree(run.home, home, symlinks=True, ignore=shutil.ignore_patterns("*-shm"))
     relocate_store(Settings(home=home))
     return home
+
+
+if __name__ == "__main__":
+    demo_run(Path(sys.argv[1]))
