@@ -1,5 +1,5 @@
 """The home of one real `mlops demo` run, shared by the tests that need one (tests/e2e/test_demo.py,
-tests/native_stack/test_stack_home.py, tests/e2e/test_pipeline_e2e.py).
+tests/native_stack/test_stack.py, tests/e2e/test_pipeline_e2e.py).
 
 The demo is the CLI in a subprocess (kfp.local, a process per step, then the service and the replay
 of the test split): about a minute and a half of two cores. It runs once per test run, whatever the

@@ -10,6 +10,17 @@ password; the service reads the registry as the read-only `serving` user (403 on
 after a whole restart of the stack. The stack is torn down however the tests end, and no recorded
 process may survive it.
 
+The stack keeps to its own home (`make demo` then `make stack`): it runs in a folder that is also the
+working directory and holds a copy of the run's `mlops demo` home (tests/demo_home.py) as `.mlops`,
+so both homes take their defaults (`.mlops` and the stack profile's `.mlops-stack`). The demo's
+pipeline promoted version 1 in the embedded SQLite store, its service cached it, claimed its log and
+logged its answers; answers of versions 1 and 2 dated ten minutes ahead are added to that log, inside
+any window the stack's jobs read, so a stack that read the embedded log would count them. Every file
+of the embedded home is hashed before the stack starts; the stack serves nothing (503) until its own
+pipeline promotes its own version 1, its drift job and its canary judge count exactly the stack's
+answers, its settings pointed at the embedded home are refused in one line, and after `stack down`
+the embedded home is byte-identical.
+
 The first run calls the pipeline's steps in this process (the inline runner, pipelines/orchestration/inline_runner.py):
 kfp.local starts a fresh interpreter per step, which on two shared cores costs minutes, and
 tests/e2e/test_pipeline_e2e.py already runs that path; the stores are what is new here.
@@ -17,6 +28,7 @@ tests/e2e/test_pipeline_e2e.py already runs that path; the stores are what is ne
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -26,6 +38,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import cast
 
@@ -33,6 +46,7 @@ import httpx
 import pandas as pd
 import pytest
 import redis
+from demo_home import DemoRun, demo_copy
 from prometheus_stack import free_port, until
 from stack_binaries import NEEDS_SERVERS
 
@@ -40,7 +54,15 @@ from feature_repo.store import materialize_online
 from mlops import registry
 from mlops.contract import DataContract, load_contract
 from mlops.data.generator import generate_transactions
-from mlops.errors import RegistryError, StackError
+from mlops.errors import ConfigError, RegistryError, StackError
+from mlops.log_owner import log_owner
+from mlops.prediction_frame import read_prediction_frame
+from mlops.prediction_log import PredictionLog, PredictionRecord, log_dir
+from mlops.settings import Settings
+from monitoring.canary import run_canary
+from monitoring.job import run_drift
+from monitoring.settings import MonitoringSettings
+from monitoring.window import WindowSpec
 from native_stack import processes as procs
 from native_stack import supervisor
 from native_stack.settings import StackSettings
@@ -50,9 +72,21 @@ from pipelines.orchestration.runner import run_pipeline
 from pipelines.settings import PipelineSettings
 from pipelines.steps.preprocess import time_split
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500), NEEDS_SERVERS]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800), NEEDS_SERVERS]
 ROWS = 3000
 REQUESTS = 40
+EMBEDDED_ANSWERS, DURING_CANARY = 60, 30
+
+
+@dataclass(frozen=True)
+class EmbeddedHome:
+    """The demo's home beside the stack, what it held before the stack started, and what the stack's
+    service answered before its own pipeline ran: (/predict status, /v2/health/ready status)."""
+
+    path: Path
+    version: str | None
+    hashes: dict[str, str]
+    answered_before_promotion: tuple[int, int]
 
 
 @dataclass
@@ -61,6 +95,8 @@ class RunningStack:
     contract: DataContract
     data: pd.DataFrame
     source: Path
+    bodies: list[dict[str, object]]  # the test split as /predict bodies
+    embedded: EmbeddedHome
 
     @property
     def stack(self) -> supervisor.Stack:
@@ -73,20 +109,61 @@ class RunningStack:
         return result
 
 
+def _hashes(home: Path) -> dict[str, str]:
+    return {str(path.relative_to(home)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(home.rglob("*")) if path.is_file()}
+
+
+def _embedded_home(demo: DemoRun, bodies: list[dict[str, object]]) -> str | None:
+    """The run's `mlops demo` home copied to ./.mlops, then answers dated ahead in its log; returns the
+    promoted version."""
+    demo_copy(demo, Path(".mlops").resolve())
+    settings = Settings()
+    log = PredictionLog(log_dir(settings), fsync_interval_s=0)
+    ahead = datetime.now(UTC) + timedelta(minutes=10)
+    contract = load_contract(settings.contract_path)
+    for n, body in enumerate(bodies):
+        log.append(PredictionRecord(
+            event_id=f"embedded-{n}", event_timestamp=ahead, logged_at=ahead + timedelta(seconds=n),
+            entities={e.join_key: str(body[e.join_key]) for e in contract.entities},
+            inputs={name: body[name] for name in contract.raw_inputs}, features={}, unknown_entities=[],
+            unknown_categories=[], probability=0.5, decision=contract.decisions.negative,
+            model_name=settings.model_name, model_version=str(1 + n % 2)))
+    log.close()
+    return registry.alias_version(settings)
+
+
+def _answered_before_promotion(settings: StackSettings, body: dict[str, object]) -> tuple[int, int]:
+    with httpx.Client(base_url=f"http://127.0.0.1:{settings.port}", timeout=30) as http:
+        time.sleep(3)  # a few of the service's registry polls (every 1 s)
+        return http.post("/predict", json=body).status_code, http.get("/v2/health/ready").status_code
+
+
 @pytest.fixture(scope="module")
-def running() -> Iterator[RunningStack]:
+def running(demo_run: DemoRun) -> Iterator[RunningStack]:
     # Not pytest's tmp_path: its parent is root-only (0700), and postgres runs as its own account.
     work = Path(tempfile.mkdtemp(prefix="mlops-stack-"))
     work.chmod(0o711)
     ports = {name: free_port() for name in ("mlflow", "redis", "pushgateway", "serving", "postgres", "prometheus")}
-    env = {"MLOPS_PROFILE": "stack", "MLOPS_HOME": str(work / "home"), "MLOPS_MAX_EPOCHS": "2",
+    env = {"MLOPS_PROFILE": "stack", "MLOPS_MAX_EPOCHS": "2",
            "MLOPS_TRACKING_URI": f"http://127.0.0.1:{ports['mlflow']}",
            "MLOPS_REDIS_URL": f"redis://127.0.0.1:{ports['redis']}/0",
            "MLOPS_PUSHGATEWAY_URL": f"http://127.0.0.1:{ports['pushgateway']}",
            "MLOPS_PORT": str(ports["serving"]), "MLOPS_STACK_POSTGRES_PORT": str(ports["postgres"]),
            "MLOPS_STACK_PROMETHEUS_PORT": str(ports["prometheus"]), "MLOPS_STACK_SCRAPE_INTERVAL_S": "1",
-           "MLOPS_MODEL_POLL_INTERVAL_S": "1"}
+           "MLOPS_MODEL_POLL_INTERVAL_S": "1", "MLOPS_DRIFT_RETRAIN": "false"}
     with pytest.MonkeyPatch.context() as patch:
+        # Both homes take their defaults: the embedded `.mlops` and the stack profile's `.mlops-stack`.
+        patch.chdir(work)
+        for name in ("MLOPS_HOME", "MLOPS_PROFILE", "MLOPS_TRACKING_URI", "MLOPS_SETTINGS_JSON"):
+            patch.delenv(name, raising=False)
+        data = generate_transactions(ROWS, seed=11)
+        source = work / "transactions.parquet"
+        data.to_parquet(source, index=False)
+        contract = load_contract(Settings().contract_path)
+        bodies = [request_body(row, contract) for _, row in time_split(data, contract)["test"].iterrows()]
+        version = _embedded_home(demo_run, bodies[:EMBEDDED_ANSWERS])
+        before = _hashes(work / ".mlops")
         for key, value in env.items():
             patch.setenv(key, value)
         settings = StackSettings()
@@ -95,15 +172,15 @@ def running() -> Iterator[RunningStack]:
             started = time.monotonic()
             records = supervisor.up(settings)
             print(f"stack up in {time.monotonic() - started:.1f} s")
-            data = generate_transactions(ROWS, seed=11)
-            source = work / "transactions.parquet"
-            data.to_parquet(source, index=False)
-            yield RunningStack(settings, load_contract(settings.contract_path), data, source)
+            embedded = EmbeddedHome(work / ".mlops", version, before, _answered_before_promotion(settings, bodies[0]))
+            yield RunningStack(settings, contract, data, source, bodies, embedded)
         finally:
             supervisor.down(settings)
             survivors = [f"{r.name} (pid {r.pid})" for r in records.values() if procs.is_running(r)]
+            unchanged = _hashes(work / ".mlops") == before
             shutil.rmtree(work, ignore_errors=True)
             assert not survivors, f"still running after stack down: {survivors}"
+            assert unchanged, "the stack changed or added a file of the embedded home"
 
 
 def test_stack_is_configured_by_the_profile(running: RunningStack) -> None:
@@ -422,3 +499,51 @@ def test_a_restarted_stack_keeps_its_users_and_serves(running: RunningStack, pro
     answer = httpx.post(f"{base}/predict", json=body, timeout=30)
     assert answer.status_code == 200, answer.text
     assert answer.json()["model_version"] == promoted
+
+
+def test_the_embedded_home_beside_the_stack_is_the_demos_and_the_stack_served_none_of_it(
+        running: RunningStack) -> None:
+    embedded, settings = running.embedded, running.settings
+    assert embedded.version == "1"
+    assert any(name.startswith("predictions/") for name in embedded.hashes)
+    assert "mlflow.db" in embedded.hashes
+    assert any(name.startswith("serving/cache/") for name in embedded.hashes)  # the demo's service cached its model
+    assert log_owner(embedded.path / "predictions") == "home:mlflow.db"
+    assert settings.resolved_home == embedded.path.parent / ".mlops-stack"  # the profile's own home
+    predict, ready = embedded.answered_before_promotion
+    assert predict == 503  # the embedded store's version 1 and its cache: not served
+    assert ready != 200
+
+
+def test_the_stacks_drift_job_and_canary_judge_count_only_its_own_answers(running: RunningStack,
+                                                                          promoted: str) -> None:
+    settings = running.settings
+    with httpx.Client(base_url=f"http://127.0.0.1:{settings.port}", timeout=30) as http:
+        until(lambda: http.get("/healthz").json().get("model_version") == promoted, "the stack's version", 120)
+        assert http.get("/healthz").json()["registry"] == settings.resolved_tracking_uri  # the stack's, no password
+        answer = http.post("/predict", json=running.bodies[0])
+        assert answer.status_code == 200, answer.text
+        stack_log = log_dir(MonitoringSettings())
+        assert stack_log == settings.resolved_home / "predictions"
+        drift = run_drift(MonitoringSettings(), WindowSpec())
+        logged = read_prediction_frame(stack_log)
+        assert drift.rows == len(logged), drift  # the embedded log's answers, dated ahead, are not in it
+        assert not logged["event_id"].str.startswith("embedded-").any()
+        assert log_owner(stack_log) == settings.resolved_tracking_uri  # claimed by the stack's own service
+        # The stack's settings pointed at the embedded home: refused in one line, nothing read.
+        with pytest.raises(ConfigError, match="belongs to the home's own store"):
+            log_dir(MonitoringSettings(home=running.embedded.path))
+
+        champion = registry.client(settings).get_model_version(settings.model_name, promoted)
+        second = registry.register_version(settings, str(champion.source), champion.run_id or "", {})
+        registry.start_canary(settings, second, 50, actor="test", reason="the stack's own canary")
+        try:
+            for body in running.bodies[1:1 + DURING_CANARY]:
+                answer = http.post("/predict", json=body)
+                assert answer.status_code == 200, answer.text
+            verdict = run_canary(MonitoringSettings(), act=False, actor="test").verdict
+        finally:
+            registry.rollback(settings, actor="test", reason="the module's other tests serve production alone")
+            assert http.post("/admin/reload").status_code == 200
+    assert verdict.canary_version == second
+    assert verdict.canary_rows + verdict.champion_rows == DURING_CANARY, verdict
