@@ -1,6 +1,7 @@
-"""benchmarks/model_families.py keeps running end to end: its short mode (3,000 rows, few rounds and
-epochs) prints, for both bundled examples, one table row per family with every column, and the figures
-are sane (a fit took time and memory, the graph ranks better than chance, it has bytes and scores rows).
+"""benchmarks/model_families.py keeps running end to end: its short mode (few rows, rounds and epochs,
+every family fitted in the benchmark's one process through the code a full run's family process runs)
+prints, for both bundled examples, one table row per family with every column, and the figures are sane
+(a fit took time, the process memory, the graph ranks better than chance, it has bytes and scores rows).
 Speed is judged by the benchmark on a quiet machine (docs/own-model.md), not here."""
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def test_the_short_run_prints_every_family_on_both_examples_with_sane_figures(tm
         assert list(rows) == list(FAMILIES), section
         for family, figures in rows.items():
             assert figures["train wall s"] > 0, family
-            assert 100 < figures["peak RSS MB"] < 8_000, family
+            assert 100 < figures["peak RSS MB"] < 8_000, family  # short: the benchmark process's peak so far
             assert 0.5 < figures["test ROC AUC"] <= 1, family
             assert 0 < figures["test PR-AUC"] <= 1, family
             assert figures["ONNX KB"] > 0, family

@@ -1,7 +1,8 @@
 """The pipeline as DVC stages: dvc.yaml names commands, options, files and params
 that exist; `dvc repro` in a copy of the project runs every stage on small data, a second repro
 runs nothing, and a changed parameter reruns only the stages that list it (real DVC, real MLflow
-on SQLite, real Feast and Great Expectations, through the venv's `dvc` and `mlops`)."""
+on SQLite, real Feast and Great Expectations, through the venv's `dvc` and `mlops`). The copy's
+contract chooses the model family in its ``model:`` section, which every stage process reads."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from mlflow.entities import RunData
 from typer.testing import CliRunner
 
 from infra.compose import command_problem
@@ -25,6 +27,7 @@ from mlops import registry
 from mlops.settings import Settings
 from mlops_cli.app import app
 from pipelines.orchestration import dvc_stages
+from pipelines.orchestration.declaration import BUNDLED_CONTRACT_PATH
 from pipelines.orchestration.dvc_stages import dvc_yaml
 from pipelines.orchestration.records import DeployRecord, EvaluateRecord, read_record, write_record
 from pipelines.settings import PipelineSettings
@@ -178,10 +181,10 @@ def ran(output: str) -> list[str]:
     return STAGE_RUN.findall(output)
 
 
-def logged_metrics(home: Path, run_id: str) -> dict[str, float]:
-    """The metrics of one MLflow run in the registry under ``home``."""
+def logged(home: Path, run_id: str) -> RunData:
+    """What one MLflow run in the registry under ``home`` logged: its metrics and params."""
     store = registry.client(Settings(home=home, tracking_uri=None, registry_uri=None))  # sets no global URI
-    return dict(store.get_run(run_id).data.metrics)
+    return store.get_run(run_id).data
 
 
 def serving_version(home: Path) -> str | None:
@@ -203,9 +206,16 @@ def test_dvc_repro_runs_every_stage_then_nothing_then_only_what_a_param_touches(
     # Its own runs from an empty home, not a shared home: what `dvc repro` runs and records is the subject.
     project, home = tmp_path / "project", tmp_path / "home"
     copy_project(project)
-    set_params(project, demo_rows=2_000, max_epochs=1)  # seed 42: frauds in all three splits
+    set_params(project, demo_rows=2_000)  # seed 42: frauds in all three splits
+    # The family comes from the contract alone: params.yaml leaves it null and no MLOPS_* variable names
+    # it, so each stage process finds it in the file dvc.yaml lists (the copy's, not the package's).
+    contract = project / BUNDLED_CONTRACT_PATH
+    raw = yaml.safe_load(contract.read_text())
+    raw["model"] = {"family": "xgboost", "params": {"n_estimators": 40}, "calibration": "platt"}
+    contract.write_text(yaml.safe_dump(raw, sort_keys=False))
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLOPS_")}
-    env.update(PATH=f"{VENV_BIN}{os.pathsep}{env['PATH']}", MLOPS_HOME=str(home), DVC_NO_ANALYTICS="1")
+    env.update(PATH=f"{VENV_BIN}{os.pathsep}{env['PATH']}", MLOPS_HOME=str(home), DVC_NO_ANALYTICS="1",
+               MLOPS_CONTRACT_PATH=str(contract))
     records = project / ".mlops" / "dvc" / "records"
 
     assert ran(dvc(project, env, "repro")) == list(stages())
@@ -216,8 +226,12 @@ def test_dvc_repro_runs_every_stage_then_nothing_then_only_what_a_param_touches(
     evaluated = read_record(records / "evaluate.json", EvaluateRecord)
     assert evaluated.version == "1"
     # DVC's metrics file holds what the evaluate run logged to MLflow.
-    logged = logged_metrics(home, evaluated.run_id)
-    assert {key: logged.get(key) for key in metrics} == pytest.approx(metrics)
+    run = logged(home, evaluated.run_id)
+    assert {key: run.metrics.get(key) for key in metrics} == pytest.approx(metrics)
+    # The registered version is the contract's family, trained with its params and calibration.
+    assert (run.params["model_family"], run.params["calibration_setting"], run.params["calibration"]) == \
+        ("xgboost", "platt", "platt")
+    assert '"n_estimators": 40' in run.params["model_params"]
     assert_deploy_followed_evaluate(records, home, serving_before=None)
     trained, serving = (records / "train.json").read_text(), serving_version(home)
 

@@ -11,13 +11,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from mlops import registry
 from mlops.contract import load_contract
-from mlops.contracts import BUNDLED_CONTRACT
 from mlops.data.generator import generate_transactions
 from mlops.errors import PipelineError
 from mlops_cli.app import app
@@ -123,26 +121,3 @@ def test_an_estimator_skl2onnx_cannot_convert_stops_the_run_at_export_and_regist
     assert "\n" not in caught.value.message
     client = registry.client(settings)
     assert client.search_model_versions(f"name = '{settings.model_name}'") == []
-
-
-@pytest.mark.timeout(600)
-def test_a_contracts_model_section_chooses_the_family_in_every_kfp_local_step_process(
-        mlflow_home: Path, source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No setting names a family: the contract's section does, and each step process (kfp.local, a process
-    per step) trains and records it through the parent's settings record."""
-    raw = yaml.safe_load(BUNDLED_CONTRACT.read_text())
-    raw["model"] = {"family": "xgboost", "params": {"n_estimators": 40}, "calibration": "platt"}
-    contract_path = tmp_path / "contract.yaml"
-    contract_path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    for name in ("MLOPS_MODEL_FAMILY", "MLOPS_MODEL_PARAMS", "MLOPS_CALIBRATION", "MLOPS_PARAMS_FILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("MLOPS_HOME", str(mlflow_home))
-    monkeypatch.setenv("MLOPS_ROLLOUT", "direct")
-    monkeypatch.setenv("MLOPS_CONTRACT_PATH", str(contract_path))
-    settings = PipelineSettings()
-    outcome = run_pipeline(str(source), settings, run_name="contract-section", runner="kfp")
-    assert outcome.version == "1"
-    params = registry.client(settings).get_run(outcome.run_id).data.params
-    assert (params["model_family"], params["calibration_setting"], params["calibration"]) == \
-        ("xgboost", "platt", "platt")
-    assert '"n_estimators": 40' in params["model_params"]
