@@ -130,6 +130,9 @@ def mlflow_auth_config(settings: StackSettings, root: Path) -> Path:
         f"admin_username = {user}",
         f"admin_password = {password.replace('%', '%%')}",  # configparser interpolates %
         "authorization_function = mlflow.server.auth:authenticate_request_basic_auth",
+        # Each password check is a deliberately slow hash (PBKDF2): about half a second of the server's
+        # CPU on every request without this cache (MLflow's own knob, off by default).
+        "auth_cache_ttl_seconds = 60",
         "",
     ]))
     return path

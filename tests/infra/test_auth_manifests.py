@@ -63,6 +63,7 @@ def test_the_auth_config_lets_an_ungranted_user_read_and_holds_no_secret(built: 
     config.read_string(find(built["prod"], "ConfigMap", "mlflow-auth")["data"]["basic_auth.ini"])
     assert config["mlflow"]["default_permission"] == "READ"
     assert not {"admin_password", "admin_username", "database_uri"} & set(config["mlflow"])
+    assert config["mlflow"].getint("auth_cache_ttl_seconds") == 60  # a password hashed once a minute, not per request
 
 
 def test_the_init_container_writes_the_config_with_the_user_store_uri(built: dict[str, Objects],

@@ -67,6 +67,7 @@ def test_mlflows_auth_config_lets_a_user_without_grants_read() -> None:
     config.read(REPO_ROOT / "infra" / "docker" / "mlflow" / "basic_auth.ini")
     assert config["mlflow"]["default_permission"] == "READ"
     assert not {"admin_password", "admin_username"} & set(config["mlflow"])
+    assert config["mlflow"].getint("auth_cache_ttl_seconds") == 60  # a password hashed once a minute, not per request
 
 
 def test_compose_scrape_config_mirrors_the_native_one_and_shares_the_alert_rules() -> None:

@@ -46,6 +46,7 @@ def test_the_stack_makes_its_passwords_once_and_the_clients_find_them(stack_env:
     assert settings.tracking_credentials == ("admin", admin.read_text())
     assert f"admin_password = {admin.read_text()}" in ini.read_text()
     assert "default_permission = READ" in ini.read_text()  # a user without a grant reads (the service)
+    assert "auth_cache_ttl_seconds = 60" in ini.read_text()  # a password hashed once a minute, not per request
     assert f'requirepass "{redis_password}"' in conf.read_text()
     assert settings.resolved_redis_url == f"redis://:{redis_password}@127.0.0.1:6379/0"
     # Made once: a restart keeps both.
