@@ -75,7 +75,7 @@ from pipelines.steps.preprocess import time_split
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800), NEEDS_SERVERS]
 ROWS = 3000
 REQUESTS = 40
-EMBEDDED_ANSWERS, DURING_CANARY = 60, 30
+EMBEDDED_ANSWERS, BEFORE_CANARY, DURING_CANARY = 60, 40, 30
 
 
 @dataclass(frozen=True)
@@ -521,8 +521,9 @@ def test_the_stacks_drift_job_and_canary_judge_count_only_its_own_answers(runnin
     with httpx.Client(base_url=f"http://127.0.0.1:{settings.port}", timeout=30) as http:
         until(lambda: http.get("/healthz").json().get("model_version") == promoted, "the stack's version", 120)
         assert http.get("/healthz").json()["registry"] == settings.resolved_tracking_uri  # the stack's, no password
-        answer = http.post("/predict", json=running.bodies[0])
-        assert answer.status_code == 200, answer.text
+        for body in running.bodies[:BEFORE_CANARY]:  # a window the drift job judges, whatever ran before
+            answer = http.post("/predict", json=body)
+            assert answer.status_code == 200, answer.text
         stack_log = log_dir(MonitoringSettings())
         assert stack_log == settings.resolved_home / "predictions"
         drift = run_drift(MonitoringSettings(), WindowSpec())
@@ -538,7 +539,7 @@ def test_the_stacks_drift_job_and_canary_judge_count_only_its_own_answers(runnin
         second = registry.register_version(settings, str(champion.source), champion.run_id or "", {})
         registry.start_canary(settings, second, 50, actor="test", reason="the stack's own canary")
         try:
-            for body in running.bodies[1:1 + DURING_CANARY]:
+            for body in running.bodies[BEFORE_CANARY:BEFORE_CANARY + DURING_CANARY]:
                 answer = http.post("/predict", json=body)
                 assert answer.status_code == 200, answer.text
             verdict = run_canary(MonitoringSettings(), act=False, actor="test").verdict
