@@ -168,7 +168,7 @@ def run_drift(settings: MonitoringSettings, spec: WindowSpec, *, limits: DriftTh
     return record
 
 
-def _act(settings: Settings, contract: DataContract, window: LogWindow, record: actions.DriftRunRecord,
+def _act(settings: MonitoringSettings, contract: DataContract, window: LogWindow, record: actions.DriftRunRecord,
          now: datetime) -> actions.DriftRunRecord:
     errors: list[str] = []
     update: dict[str, object] = {}

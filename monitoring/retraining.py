@@ -15,9 +15,9 @@ from pathlib import Path
 import pandas as pd
 
 from mlops.contract import DataContract
-from mlops.settings import Settings
 from mlops.triggers import PipelineTrigger, start
 from monitoring.labels import ID, LABEL, join_labels, read_labels
+from monitoring.settings import MonitoringSettings
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ def labelled_transactions(window: pd.DataFrame, labels: pd.DataFrame, contract: 
     return joined[[c.name for c in contract.columns]].sort_values(contract.timestamp_column, kind="stable")
 
 
-def start_retraining(settings: Settings, contract: DataContract, window: pd.DataFrame,
+def start_retraining(settings: MonitoringSettings, contract: DataContract, window: pd.DataFrame,
                      now: datetime) -> RetrainingStart:
     """Write the labelled window and start the pipeline on it; raises InputError when too few rows are labelled."""
     from mlops.errors import InputError
@@ -48,7 +48,8 @@ def start_retraining(settings: Settings, contract: DataContract, window: pd.Data
     stamp = f"{now:%Y%m%dT%H%M%S%f}"
     path = folder / f"window-{stamp}.parquet"
     data.to_parquet(path, index=False)
-    trigger = PipelineTrigger(data=path, run_name=f"drift-retraining-{stamp}", submit=bool(settings.kfp_host))
+    trigger = PipelineTrigger(data=path, run_name=f"drift-retraining-{stamp}", submit=bool(settings.kfp_host),
+                              runner=settings.retrain_runner)
     log_path = folder / f"pipeline-{stamp}.log"
     with log_path.open("w") as output:
         process = start(trigger, output, new_session=True)

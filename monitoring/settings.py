@@ -3,6 +3,8 @@ estimated quality's margins and calibration guard."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from mlops.settings import Settings
@@ -18,6 +20,9 @@ class MonitoringSettings(Settings):
     drift_cooldown_s: float = Field(
         default=3600.0, ge=0, description="After a CRITICAL action, later CRITICAL verdicts act again only after this.")
     drift_retrain: bool = Field(default=True, description="Start a retraining run on a CRITICAL verdict.")
+    retrain_runner: Literal["kfp", "inline"] = Field(
+        default="kfp", description="How a local retraining run runs its steps: kfp.local, a process per step as on "
+                                   "Kubeflow, or inline, the same steps in one process (faster on a small machine).")
     estimate_drop_warning: float = Field(
         default=0.05, gt=0, description="Drop of the estimated F1 or PR-AUC below the reference's that is WARNING.")
     estimate_drop_critical: float = Field(

@@ -64,6 +64,7 @@ DEPLOYABLE_FIELDS = frozenset({
     "max_clock_skew_s", "model_poll_interval_s", "max_body_bytes", "shadow", "shadow_max_pending",
     "prediction_log_fsync_interval_s", "grpc_port", "registry_startup_timeout_s",  # serving
     "drift_psi_warning", "drift_psi_critical", "drift_min_rows", "drift_cooldown_s", "drift_retrain",  # monitoring
+    "retrain_runner",
     "estimate_drop_warning", "estimate_drop_critical", "calibration_ece_limit", "calibration_min_labelled",
     "canary_min_rows", "canary_min_latency_rows", "canary_min_labelled", "canary_min_positives",
     "canary_error_rate_margin", "canary_latency_ratio", "canary_latency_floor_ms",

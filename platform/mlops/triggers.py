@@ -17,7 +17,7 @@ import subprocess
 import sysconfig
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -34,9 +34,12 @@ class PipelineTrigger(BaseModel):
     data: Path
     run_name: str
     submit: bool = False
+    runner: Literal["kfp", "inline"] = "kfp"  # of a local run: kfp.local (a process per step) or in one process
 
     def args(self) -> list[str]:
-        return ["pipeline", "submit" if self.submit else "run", str(self.data), "--run-name", self.run_name]
+        if self.submit:
+            return ["pipeline", "submit", str(self.data), "--run-name", self.run_name]
+        return ["pipeline", "run", str(self.data), "--run-name", self.run_name, "--runner", self.runner]
 
 
 class ServeTrigger(BaseModel):

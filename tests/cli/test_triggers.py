@@ -42,11 +42,13 @@ def _parse(args: list[str]) -> tuple[list[str], dict[str, Any]]:
 
 @pytest.mark.parametrize(("trigger", "path", "values"), [
     (PipelineTrigger(data=Path("/data/window.parquet"), run_name="drift-retraining-1"), ["pipeline", "run"],
-     {"source": "/data/window.parquet", "run_name": "drift-retraining-1"}),
+     {"source": "/data/window.parquet", "run_name": "drift-retraining-1", "runner": "kfp"}),
+    (PipelineTrigger(data=Path("/data/window.parquet"), run_name="drift-retraining-3", runner="inline"),
+     ["pipeline", "run"], {"source": "/data/window.parquet", "run_name": "drift-retraining-3", "runner": "inline"}),
     (PipelineTrigger(data=Path("/data/window.parquet"), run_name="drift-retraining-2", submit=True),
      ["pipeline", "submit"], {"source": "/data/window.parquet", "run_name": "drift-retraining-2"}),
     (ServeTrigger(), ["serve"], {"workers": 1}),
-], ids=["pipeline-run", "pipeline-submit", "serve"])
+], ids=["pipeline-run", "pipeline-run-inline", "pipeline-submit", "serve"])
 def test_each_trigger_is_a_command_of_the_cli(trigger: Trigger, path: list[str], values: dict[str, Any]) -> None:
     parsed_path, parsed = _parse(trigger.args())
     assert parsed_path == path

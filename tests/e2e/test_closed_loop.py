@@ -54,7 +54,11 @@ def home(tmp_path: Path) -> Iterator[PipelineSettings]:
                            "MLOPS_DRIFT_COOLDOWN_S": "3600",
                            # The loop under test ends with production moving; a retrained candidate's
                            # canary (the default rollout) is tested in tests/monitoring/test_canary_judge.py.
-                           "MLOPS_ROLLOUT": "direct"}.items():
+                           "MLOPS_ROLLOUT": "direct",
+                           # The retraining is the `mlops pipeline run` process the drift job starts, its steps
+                           # in that process: kfp.local's process per step is the demo's and the e2e first run's
+                           # (tests/demo_home.py), the same command; here it cost a minute of two cores.
+                           "MLOPS_RETRAIN_RUNNER": "inline"}.items():
             patch.setenv(key, value)
         yield PipelineSettings()
 
@@ -96,7 +100,7 @@ def test_drift_switches_to_fallback_retrains_and_the_service_follows(home: Pipel
     source = tmp_path / "train.parquet"
     data.to_parquet(source, index=False)
     # Its own champion, not a shared home's: the drifted traffic and the retraining window are this data's.
-    # The champion's steps run in this process (the inline runner); the retraining below is kfp.local.
+    # The champion's steps run in this process (the inline runner); the retraining below in its own.
     champion = run_pipeline(str(source), settings, run_name="champion", runner="inline")
     assert champion.decision == "promote"
     champion_version = str(champion.version)
