@@ -13,6 +13,7 @@ from served_traffic import LogWriter, Traffic
 from mlops.contract import DataContract
 from mlops.prediction_log import PredictionLog, PredictionRecord
 from mlops.reference_profile import ReferenceProfile
+from monitoring import log_window
 from monitoring.drift import compute_drift
 from monitoring.log_window import open_window
 from monitoring.window import WindowSpec, read_window
@@ -65,6 +66,25 @@ def test_every_column_reads_as_the_table_reads_it(tmp_path: Path, live: Traffic,
         pd.testing.assert_series_equal(window[column], table[column], check_names=False)
     assert window["logged_at"].is_monotonic_increasing
     assert set(window["model_version"]) == ({"1", "2"} if len(window) > 123 else set(table["model_version"]))
+
+
+def test_a_window_reads_the_same_whether_it_keeps_a_segments_batches_or_maps_it_again(
+        tmp_path: Path, live: Traffic, write_log: LogWriter, contract: DataContract,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _replicas_log(tmp_path, live, write_log, contract)
+    keeping = open_window(tmp_path, WindowSpec())
+    # A batch per answer: the first replica's 600 before midnight and the second's 300 are kept; the first's
+    # 100 after midnight and the third writer's 40 are too few to be worth it.
+    assert sorted(len(part.batches or ()) for part in keeping.parts) == [0, 0, 300, 600]
+    monkeypatch.setattr(log_window, "KEEP_MAPPED_BYTES", 0)  # no budget: every column maps its segments again
+    mapping = open_window(tmp_path, WindowSpec())
+    assert [part.batches for part in mapping.parts] == [None] * len(mapping.parts)
+    for column in keeping.columns:
+        pd.testing.assert_series_equal(keeping[column], mapping[column])
+    for key in ("model_version", contract.entities[0].join_key):
+        kept_codes, kept_labels = keeping.codes(key)
+        mapped_codes, mapped_labels = mapping.codes(key)
+        assert [kept_labels[c] for c in kept_codes] == [mapped_labels[c] for c in mapped_codes]
 
 
 def test_rows_selected_by_version_and_by_sample_keep_their_values(tmp_path: Path, live: Traffic,
