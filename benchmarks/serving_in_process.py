@@ -27,7 +27,8 @@ from fastapi import FastAPI
 from benchmarks.echo_app import create_echo_app
 from benchmarks.serving_side_by_side import MOMENT, RAW, ROOT, copy_home, known_entities, predict_body
 from mlops.contract import load_contract
-from mlops.features import compute_features, empty_history
+from mlops.features import compute_features
+from mlops.histories import empty_history
 from serving.app import create_app
 from serving.settings import ServingSettings
 

@@ -59,7 +59,8 @@ import numpy as np
 
 from mlops import registry
 from mlops.contract import load_contract
-from mlops.features import compute_features, empty_history
+from mlops.features import compute_features
+from mlops.histories import empty_history
 from mlops.inference import OnnxModel
 from mlops.settings import Settings
 from mlops.store_location import relocate_store

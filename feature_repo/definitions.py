@@ -19,7 +19,7 @@ from feast import Entity, FeatureView, Field, FileSource, PushSource, ValueType
 from feast.types import Int64, String
 
 from mlops.contract import DataContract, FeatureViewSpec
-from mlops.features import EVENTS_FIELD, NEWEST_FIELD
+from mlops.histories import EVENTS_FIELD, NEWEST_FIELD
 
 
 def push_source_name(view: FeatureViewSpec) -> str:

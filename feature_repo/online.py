@@ -13,7 +13,8 @@ from mlops.sqlite_online import SqliteOnlineRows
 def open_online_features(settings: Settings, contract: DataContract) -> OnlineFeatures:
     """SQLite (``MLOPS_ONLINE_STORE=sqlite``, the default) or Redis, as the settings say."""
     if settings.online_store == "sqlite":
-        return OnlineFeatures(SqliteOnlineRows.from_feast_config(store_config(settings)), contract)
+        return OnlineFeatures(SqliteOnlineRows.from_feast_config(store_config(settings)), contract,
+                              lateness=settings.late_event_allowance)
     from feature_repo.store import open_feast_online  # feast: seconds to import, the Redis path only
 
     return open_feast_online(settings, contract)

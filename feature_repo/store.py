@@ -62,7 +62,8 @@ def materialize_online(settings: Settings, contract: DataContract, end: datetime
     """`mlops features materialize`: merge the offline histories as of ``end`` into the online store."""
     offline = require_offline(settings)
     store = open_store(settings)
-    return OnlineFeatures(FeastOnlineRows(store), contract).materialize(store, end, offline, engine_for(settings))
+    online = OnlineFeatures(FeastOnlineRows(store), contract, lateness=settings.late_event_allowance)
+    return online.materialize(store, end, offline, engine_for(settings))
 
 
 def open_feast_online(settings: Settings, contract: DataContract) -> OnlineFeatures:
@@ -72,7 +73,7 @@ def open_feast_online(settings: Settings, contract: DataContract) -> OnlineFeatu
         raise ConfigError("MLOPS_ONLINE_STORE=redis needs MLOPS_REDIS_URL", field="redis_url")
     store = open_store(settings)
     locks = RedisEntityLocks(redis_url, f"mlops:{store.project}")
-    return OnlineFeatures(FeastOnlineRows(store, locks), contract)
+    return OnlineFeatures(FeastOnlineRows(store, locks), contract, lateness=settings.late_event_allowance)
 
 
 class FeastOnlineRows:

@@ -45,6 +45,11 @@ class ServiceMetrics:
                                         ["entity"], registry=r)
         self.predictions = Counter("mlops_predictions", "Scored predictions (unknown-entity rate denominator).",
                                    registry=r)
+        self.retries = Counter("mlops_retried_events", "Requests for an event id already answered (answered at "
+                               "the first copy's event time).", registry=r)
+        self.inexact = Counter("mlops_inexact_features", "Events older than the online histories reach back "
+                               "(beyond MLOPS_LATE_EVENT_ALLOWANCE_S): answered with features_exact false.",
+                               registry=r)
         self._served: tuple[str, str, str] | None = None
         r.register(_ModelInfo(lambda: self._served))
         self.from_cache = Gauge("mlops_model_from_cache", "1 while the served model is the cached one (the registry "
@@ -70,9 +75,14 @@ class ServiceMetrics:
         children[1].observe(seconds)
 
     def gathered(self, seconds: float, rows: Sequence[PredictionInputs]) -> None:
-        """One online-store read and feature computation for ``rows``, and their unknown entities."""
+        """One online-store read and feature computation for ``rows``: their unknown entities, retries
+        and inexact answers."""
         self.feature_fetch.observe(seconds)
         for row in rows:
+            if row.retry:
+                self.retries.inc()
+            if not row.features_exact:
+                self.inexact.inc()
             for entity in row.unknown_entities:
                 self.unknown_entities.labels(entity=entity).inc()
 

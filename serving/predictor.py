@@ -17,9 +17,9 @@ from pydantic import BaseModel
 
 from mlops.contract import DataContract, Decisions
 from mlops.errors import InputError
-from mlops.features import canonical_text, compute_features, unknown_entities
+from mlops.features import canonical_text, unknown_entities
 from mlops.online_features import OnlineEvent, OnlineFeatures
-from mlops.prediction_log import PredictionInputs, PredictionRecord
+from mlops.prediction_log import RETRY_ROLE, PredictionInputs, PredictionRecord
 from serving.lifecycle import LoadedModel
 from serving.metrics import ServiceMetrics
 
@@ -66,6 +66,8 @@ class Predictor:
 
         ``moments`` come from :meth:`event_times`. The requests are recorded in order, together
         (one store read per view, one write): a later one of the same card sees the earlier ones.
+        Each is answered from the events before its own time, whatever arrived first; a retry of
+        an id already recorded at its first copy's time (see OnlineFeatures.record_events).
         """
         started = time.perf_counter()
         events = []
@@ -77,14 +79,16 @@ class Predictor:
                                        for c, dtype in self._text_columns.items()}))
         seen = self.online.record_events(events)
         gathered = []
-        for request, event, histories in zip(requests, events, seen, strict=True):
+        for request, event, answered in zip(requests, events, seen, strict=True):
             inputs = {name: getattr(request, name) for name in self._raw_inputs}
+            histories, moment = answered.histories, answered.moment
             # model_construct: every value comes from the validated request and the store.
             gathered.append(PredictionInputs.model_construct(
-                event_id=event.event_id, event_timestamp=event.moment, entities=dict(event.keys), inputs=inputs,
-                features=compute_features(self.contract, histories, event.moment, {**event.values, **event.texts}),
-                unknown_entities=unknown_entities(self.contract, histories, event.moment),
-                unknown_categories=[name for name, known in self._categories.items() if inputs[name] not in known]))
+                event_id=event.event_id, event_timestamp=moment, entities=dict(event.keys), inputs=inputs,
+                features=answered.features,
+                unknown_entities=unknown_entities(self.contract, histories, moment),
+                unknown_categories=[name for name, known in self._categories.items() if inputs[name] not in known],
+                retry=answered.retry, features_exact=answered.exact))
         self.metrics.gathered(time.perf_counter() - started, gathered)
         return gathered
 
@@ -113,13 +117,17 @@ class Predictor:
             self.contract.timestamp_column: record.event_timestamp.isoformat(),
             "unknown_entities": record.unknown_entities,
             "unknown_categories": record.unknown_categories,
+            "retry": record.retry,
+            "features_exact": record.features_exact,
         }
 
 
 def prediction_record(model: LoadedModel, gathered: PredictionInputs, probability: float, *, decisions: Decisions,
                       request_id: str, latency_s: float | None, role: str = "champion") -> PredictionRecord:
-    """``gathered`` as ``model`` scored it: the record the log keeps and the answer is made of."""
+    """``gathered`` as ``model`` scored it: the record the log keeps and the answer is made of. A
+    retry is logged with role RETRY_ROLE, so monitoring never counts one event twice as served."""
     return PredictionRecord.model_construct(  # values already validated (see Predictor.gather)
         **gathered.__dict__, logged_at=datetime.now(UTC), probability=probability,
         decision=decisions.of(probability, model.model.threshold), model_name=model.served.name,
-        model_version=model.served.version, request_id=request_id, latency_s=latency_s, role=role)
+        model_version=model.served.version, request_id=request_id, latency_s=latency_s,
+        role=RETRY_ROLE if gathered.retry else role)

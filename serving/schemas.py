@@ -118,6 +118,11 @@ def build_response_model(contract: DataContract) -> type[BaseModel]:
             description="Entities with no earlier transaction, scored with the empty-window defaults.")),
         "unknown_categories": (list[str], Field(
             description="Fields whose category the contract does not list (scored as unknown).")),
+        "retry": (bool, Field(description="True when this id was answered before: the answer is computed at the "
+                                          "first copy's event time (given back above), from the same events.")),
+        "features_exact": (bool, Field(description="False when the event is older than the online histories reach "
+                                                   "back (the longest window plus the lateness allowance before the "
+                                                   "entity's newest event): its window features miss pruned events.")),
     }
     return create_model("PredictionResponse", __config__=ConfigDict(extra="forbid"), **fields)
 

@@ -9,7 +9,8 @@ from typing import Any
 import pandas as pd
 
 from mlops.contract import DataContract
-from mlops.features import History, append_event, canonical_text, compute_features, empty_history, to_micros
+from mlops.features import canonical_text, compute_features, to_micros
+from mlops.histories import History, append_event, empty_history
 
 
 def replay_features(frame: pd.DataFrame, contract: DataContract) -> pd.DataFrame:

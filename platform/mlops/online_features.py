@@ -3,7 +3,10 @@ write-through that records every scored transaction, and incremental batch mater
 
 Both writers merge rather than overwrite: a history is the union of the events it held and the
 new ones (idempotent per transaction id), so materializing an older batch never erases what the
-service recorded since, and a retried request is recorded once. Any store error is raised as
+service recorded since, and a retried request is recorded once. Events may arrive in any time
+order: each is answered from the events before its own time, inserted in time order, and the
+histories keep a lateness allowance beyond the longest window so that ordinary late events stay
+exact (:mod:`mlops.late_events` says when one is not). Any store error is raised as
 FeatureStoreError: a failing store is never read as "this entity has no history".
 """
 
@@ -19,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from mlops.contract import DataContract, FeatureViewSpec
 from mlops.errors import FeatureStoreError
-from mlops.features import (
+from mlops.features import compute_features, to_micros
+from mlops.histories import (
     EVENTS_FIELD,
     History,
     append_event,
@@ -27,8 +31,8 @@ from mlops.features import (
     merge_histories,
     set_labels,
     stored_fields,
-    to_micros,
 )
+from mlops.late_events import exact_at, first_copy_time
 from mlops.sqlite_online import OnlineRow
 
 if TYPE_CHECKING:
@@ -70,6 +74,20 @@ class OnlineEvent:
 
 
 @dataclass(frozen=True)
+class SeenEvent:
+    """How a recorded event is answered: its entities' histories before it, the time it is
+    answered at (a retry's: its first copy's), its features (a retry's: the first copy's answer),
+    whether it is a retry of an id already recorded, and whether the histories held every event its
+    features reach back to."""
+
+    histories: dict[str, History]
+    moment: datetime
+    features: dict[str, float]
+    retry: bool
+    exact: bool
+
+
+@dataclass(frozen=True)
 class LabelledEvent:
     """A delivered label: the event's id, its entities' keys (as the request carried them) and the 0/1 label."""
 
@@ -107,11 +125,14 @@ class OnlineFeatures:
     (striped) and the store's own (SQLite's write transaction, or the entity's lock in Redis).
     """
 
-    def __init__(self, rows: OnlineRows, contract: DataContract) -> None:
+    def __init__(self, rows: OnlineRows, contract: DataContract, *, lateness: timedelta = timedelta(0)) -> None:
         self.rows = rows
         self.contract = contract
+        # How much later than an entity's newest event an event may arrive and still be answered exactly.
+        self._lateness_us = int(lateness.total_seconds() * 1_000_000)
         self._views = {v.view_name: v for v in contract.feature_views}
         self._keys = {v.view_name: contract.entity(v.entity).join_key for v in contract.feature_views}
+        self._answers_view = contract.feature_views[0].view_name  # keeps each event's first answer
         self._entity_locks = [threading.Lock() for _ in range(_LOCK_STRIPES)]
 
     @contextmanager
@@ -132,14 +153,15 @@ class OnlineFeatures:
         """The histories of one request's entities (empty for an entity the store does not know)."""
         return {name: self._read_view(view, [keys[self._keys[name]]])[0] for name, view in self._views.items()}
 
-    def record_events(self, events: Sequence[OnlineEvent]) -> list[dict[str, History]]:
-        """Append ``events`` in order to their entities' histories; the histories each event saw.
+    def record_events(self, events: Sequence[OnlineEvent]) -> list[SeenEvent]:
+        """Answer ``events`` in order and insert them into their entities' histories.
 
         One read per view for all the events' entities and one write for everything that changed,
         in one atomic read-modify-write of the entities (across processes and replicas): the same
-        result as recording the events one after the other
-        (a later event of an entity sees the earlier ones; a transaction id the history already
-        holds is not appended again), at the cost of one.
+        result as recording the events one after the other, at the cost of one. An event is
+        answered from the events before its own time and inserted in time order, whatever the time
+        of the events already held; an id already held is a retry: it gets its first copy's answer
+        (or, once that is pruned, the features at the first copy's time) and is not inserted again.
         """
         entities = {name: list(dict.fromkeys(e.keys[self._keys[name]] for e in events)) for name in self._views}
         keys = [(self._keys[name], e) for name, values in entities.items() for e in values]
@@ -150,19 +172,35 @@ class OnlineFeatures:
             changed: dict[tuple[str, str], History] = {}
             seen = []
             for event in events:
-                t_us = to_micros(event.moment)
-                snapshot = {}
+                answered = self._answer(event, {name: current[name][event.keys[self._keys[name]]]
+                                                for name in self._views})
+                # Only an exact answer is kept: a retry of an inexact one is computed (and flagged) again.
+                answer = ([answered.features[n] for n in self.contract.feature_names]
+                          if answered.exact and not answered.retry else None)
                 for name, view in self._views.items():
                     entity = event.keys[self._keys[name]]
-                    snapshot[name] = history = current[name][entity]
-                    updated = append_event(view, history, event.event_id, t_us, event.values, texts=event.texts)
+                    updated = append_event(view, answered.histories[name], event.event_id,
+                                           to_micros(answered.moment), event.values, texts=event.texts,
+                                           lateness_us=self._lateness_us,
+                                           answer=answer if name == self._answers_view else None)
                     if updated is not None:
                         current[name][entity] = changed[name, entity] = updated
-                seen.append(snapshot)
+                seen.append(answered)
             if changed:
                 self.rows.write([self._row(self._views[name], entity, history)
                                  for (name, entity), history in changed.items()])
         return seen
+
+    def _answer(self, event: OnlineEvent, histories: dict[str, History]) -> SeenEvent:
+        """``event`` answered from its entities' ``histories`` (before it is inserted)."""
+        first = next((t for h in histories.values() if (t := first_copy_time(h, event.event_id)) is not None), None)
+        t_us = to_micros(event.moment) if first is None else first
+        moment = event.moment if first is None else _utc(first)
+        kept = histories[self._answers_view].answers.get(event.event_id)
+        features = (dict(zip(self.contract.feature_names, kept, strict=True)) if kept is not None
+                    else compute_features(self.contract, histories, moment, {**event.values, **event.texts}))
+        exact = kept is not None or all(exact_at(view, histories[name], t_us) for name, view in self._views.items())
+        return SeenEvent(histories, moment, features, first is not None, exact)
 
     def record_labels(self, events: Sequence[LabelledEvent]) -> int:
         """Set each delivered label on its event in the histories of the event's entities, for the
@@ -235,7 +273,7 @@ class OnlineFeatures:
         entities = [entity for entity, _ in latest]
         with self.entities_locked((key, e) for e in entities):
             current = self._read_view(view, entities)
-            merged = [self._row(view, entity, merge_histories(view, online, history))
+            merged = [self._row(view, entity, merge_histories(view, online, history, lateness_us=self._lateness_us))
                       for (entity, history), online in zip(latest, current, strict=True)]
             with _store_call("write"):
                 self.rows.write(merged)

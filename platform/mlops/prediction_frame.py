@@ -17,8 +17,9 @@ def read_prediction_frame(directory: Path, *, start: datetime | None = None,
     """One row per prediction in ``[start, end)`` by logged_at, oldest first.
 
     Columns: event_id, request_id, event_timestamp, logged_at, model_name, model_version, role,
-    probability, decision, latency_s, unknown_entities and unknown_categories (lists), then the
-    entity keys, raw inputs and computed features under their own names.
+    probability, decision, latency_s, unknown_entities and unknown_categories (lists), retry and
+    features_exact (null in segments written before they were logged), then the entity keys, raw
+    inputs and computed features under their own names.
 
     ``arrow_strings``: text and list columns stay in Arrow's buffers (pandas' ArrowDtype) instead of
     one Python object per value: ten million predictions' dozen text columns took 10 GB as objects.

@@ -57,6 +57,8 @@ class PredictionInputs(BaseModel):
     features: dict[str, float]
     unknown_entities: list[str]
     unknown_categories: list[str]
+    retry: bool = False  # the id was answered before: these are its first copy's features
+    features_exact: bool = True  # False: older than the histories reach back (beyond the lateness allowance)
 
 
 class PredictionRecord(PredictionInputs):
@@ -75,10 +77,13 @@ class PredictionRecord(PredictionInputs):
 # The champion's score, off the response path, of a row the canary answered: the canary analysis
 # compares PR-AUC on the same rows (a paired bootstrap).
 PAIRED_ROLE = "champion-paired"
+# A retry of an event id already answered: logged once per copy, beside the first answer's record.
+RETRY_ROLE = "retry"
 
 # The plain columns in their order on disk (existing segments have it), before the nested ones.
 PLAIN_FIELDS = ("event_id", "event_timestamp", "logged_at", "unknown_entities", "unknown_categories",
-                 "probability", "decision", "model_name", "model_version", "request_id", "latency_s", "role")
+                 "probability", "decision", "model_name", "model_version", "request_id", "latency_s", "role",
+                 "retry", "features_exact")  # segments written before these two lack them: read as the defaults
 
 
 def log_dir(settings: Settings) -> Path:
@@ -112,7 +117,8 @@ _LAYOUTS: dict[tuple[tuple[str, ...], tuple[type, ...]], tuple[tuple[str, str], 
 
 
 _PLAIN_KINDS = {"event_timestamp": "time", "logged_at": "time", "unknown_entities": "strings",
-                "unknown_categories": "strings", "probability": "float", "latency_s": "float"}
+                "unknown_categories": "strings", "probability": "float", "latency_s": "float", "retry": "bool",
+                "features_exact": "bool"}
 
 
 def _kind(name: str, value: Any) -> str:
@@ -126,7 +132,7 @@ def _kind(name: str, value: Any) -> str:
 
 
 _TYPES = {"time": pa.timestamp("us", tz="UTC"), "strings": pa.list_(pa.string()), "string": pa.string(),
-          "float": pa.float64()}
+          "float": pa.float64(), "bool": pa.bool_()}
 
 
 @functools.cache  # building a schema costs more than writing a small batch; rows repeat a few layouts

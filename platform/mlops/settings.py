@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal, Self
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
@@ -117,6 +118,9 @@ class Settings(BaseSettings):
     online_store: Literal["sqlite", "redis"] = Field(
         default="sqlite", description="Feast's online store: embedded SQLite under home, or Redis at redis_url.")
     redis_url: SecretStr | None = Field(default=None, description="redis://[:password@]host:port/db")
+    late_event_allowance_s: float = Field(
+        default=86_400.0, ge=0, description="How much older than an entity's newest event an event may be and "
+        "still get exact features: the online histories keep this much beyond the longest window.")
     redis_password_file: Path | None = Field(
         default=None, description="File holding Redis' password when redis_url carries none (relative: under home).")
     # An MLflow server with authentication (MLflow's basic-auth app): what the platform's clients send.
@@ -194,6 +198,10 @@ class Settings(BaseSettings):
     @property
     def resolved_home(self) -> Path:
         return self.home.expanduser().resolve()
+
+    @property
+    def late_event_allowance(self) -> timedelta:
+        return timedelta(seconds=self.late_event_allowance_s)
 
     @property
     def resolved_tracking_uri(self) -> str:

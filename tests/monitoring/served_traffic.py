@@ -17,7 +17,8 @@ import pandas as pd
 from mlops.contract import DataContract
 from mlops.data.generator import DEFAULT_START, Scenario, generate_transactions
 from mlops.feature_replay import replay_features
-from mlops.features import History, append_event, compute_features, empty_history, to_micros
+from mlops.features import compute_features, to_micros
+from mlops.histories import History, append_event, empty_history
 from mlops.model import encode
 from mlops.reference_profile import ReferenceProfile, build_profile
 from mlops.settings import Settings

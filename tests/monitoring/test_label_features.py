@@ -115,8 +115,8 @@ def test_labels_ingested_late_and_out_of_order_reach_the_online_label_features(
         for row in frame.to_dict("records"):
             event_id, amount, moment = str(row[ID]), float(row["amount"]), pd.Timestamp(row[TS]).to_pydatetime()
             keys = {"customer_id": str(row["customer_id"]), "merchant_id": str(row["merchant_id"])}
-            [histories] = online.record_events([OnlineEvent(keys, event_id, moment, {"amount": amount})])
-            served = compute_features(labelled, histories, moment, {"amount": amount})
+            [seen] = online.record_events([OnlineEvent(keys, event_id, moment, {"amount": amount})])
+            served = compute_features(labelled, seen.histories, moment, {"amount": amount})
             assert all(served[f["name"]] == 0.0 for fs in LABEL_FEATURES.values() for f in fs)  # no label known yet
             log.write([PredictionRecord(event_id=event_id, event_timestamp=moment, entities=keys,
                                         inputs={"amount": amount}, features=served, unknown_entities=[],

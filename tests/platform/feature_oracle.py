@@ -43,10 +43,12 @@ def stream_frame(events: list[tuple[str, str, timedelta, float]], prefix: str = 
     return pd.DataFrame(rows)
 
 
-def brute_force(frame: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
-    """Each row's features straight from the definition, one raw row at a time."""
+def brute_force(frame: pd.DataFrame, contract: DataContract, only: pd.Index | None = None) -> pd.DataFrame:
+    """Each row's features (or those of the rows ``only`` names) straight from the definition, one
+    raw row at a time, against every row of ``frame``."""
     out = []
-    for _, row in frame.iterrows():
+    asked = frame if only is None else frame.loc[only]
+    for _, row in asked.iterrows():
         t = row[TS]
         values: dict[str, float] = {}
         for view in contract.feature_views:
@@ -90,7 +92,7 @@ def brute_force(frame: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
                    "day_of_week_sin": math.sin(2 * math.pi * day / 7),
                    "day_of_week_cos": math.cos(2 * math.pi * day / 7)}
         out.append({name: values[name] for name in contract.feature_names})
-    return pd.DataFrame(out, index=frame.index)
+    return pd.DataFrame(out, index=asked.index)
 
 
 def _as_text(value: object, dtype: str) -> str | None:
@@ -164,8 +166,8 @@ DAY = timedelta(days=1)
 def served_features(online: OnlineFeatures, contract: DataContract, row: pd.Series) -> dict[str, float]:
     keys = {e.join_key: str(row[e.join_key]) for e in contract.entities}
     event = OnlineEvent(keys, row["transaction_id"], row[TS], {"amount": row["amount"]})  # as the predictor gathers it
-    [histories] = online.record_events([event])
-    return compute_features(contract, histories, row[TS], event.values)
+    [seen] = online.record_events([event])
+    return compute_features(contract, seen.histories, row[TS], event.values)
 
 
 def with_features(contract: DataContract, added: dict[str, list[dict[str, str]]]) -> DataContract:

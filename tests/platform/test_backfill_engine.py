@@ -20,7 +20,7 @@ from mlops.contract import DataContract, FeatureViewSpec
 from mlops.data.generator import generate_transactions
 from mlops.errors import ConfigError
 from mlops.feature_replay import replay_features
-from mlops.features import History
+from mlops.histories import History
 from mlops.inference import OnnxModel
 from mlops.settings import Settings
 

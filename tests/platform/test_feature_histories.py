@@ -14,17 +14,8 @@ import yaml
 from mlops.contract import DataContract, FeatureSpec, FeatureViewSpec
 from mlops.contracts import BUNDLED_CONTRACT
 from mlops.feature_replay import replay_features
-from mlops.features import (
-    History,
-    append_event,
-    canonical_text,
-    compute_features,
-    decode_history,
-    empty_history,
-    merge_histories,
-    set_labels,
-    to_micros,
-)
+from mlops.features import canonical_text, compute_features, to_micros
+from mlops.histories import History, append_event, decode_history, empty_history, merge_histories, set_labels
 
 pytestmark = pytest.mark.unit
 

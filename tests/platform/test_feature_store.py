@@ -44,9 +44,9 @@ def published(tmp_path_factory: pytest.TempPathFactory, contract: DataContract) 
 
 def _score_and_record(online: OnlineFeatures, contract: DataContract, row: pd.Series) -> dict[str, float]:
     keys = {e.join_key: str(row[e.join_key]) for e in contract.entities}
-    [histories] = online.record_events([OnlineEvent(keys, str(row["transaction_id"]), row[TS],
-                                                    {"amount": float(row["amount"])})])
-    return compute_features(contract, histories, row[TS], {"amount": float(row["amount"])})
+    [seen] = online.record_events([OnlineEvent(keys, str(row["transaction_id"]), row[TS],
+                                               {"amount": float(row["amount"])})])
+    return compute_features(contract, seen.histories, row[TS], {"amount": float(row["amount"])})
 
 
 def test_replay_after_materialization_equals_offline_features(published: Published, contract: DataContract) -> None:

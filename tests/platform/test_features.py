@@ -37,17 +37,8 @@ from mlops.contract import DataContract, FeatureSpec, FeatureViewSpec
 from mlops.errors import InputError
 from mlops.feature_replay import replay_features
 from mlops.feature_store import offline_features
-from mlops.features import (
-    History,
-    append_event,
-    compute_features,
-    decode_history,
-    empty_history,
-    merge_histories,
-    stored_fields,
-    to_micros,
-    unknown_entities,
-)
+from mlops.features import compute_features, to_micros, unknown_entities
+from mlops.histories import History, append_event, decode_history, empty_history, merge_histories, stored_fields
 from mlops.online_features import OnlineEvent, OnlineFeatures
 from mlops.settings import Settings
 
@@ -292,7 +283,7 @@ def test_events_recorded_in_batches_see_the_same_features_as_one_by_one(
         rows = [frame.iloc[i] for i in order[start:end]]
         seen = online.record_events([OnlineEvent({e.join_key: str(r[e.join_key]) for e in contract.entities},
                                                  r["transaction_id"], r[TS], {"amount": r["amount"]}) for r in rows])
-        served.update({i: compute_features(contract, h, r[TS], {"amount": r["amount"]})
+        served.update({i: compute_features(contract, h.histories, r[TS], {"amount": r["amount"]})
                        for i, r, h in zip(order[start:end], rows, seen, strict=True)})
     got = pd.DataFrame([served[i] for i in range(len(frame))], index=frame.index)
     assert_features_equal(got, brute_force(frame, contract))

@@ -63,8 +63,28 @@ def test_a_segment_keeps_the_column_order_and_types_that_existing_logs_have(tmp_
         ("event_id", strings), ("event_timestamp", times), ("logged_at", times),
         ("unknown_entities", pa.list_(strings)), ("unknown_categories", pa.list_(strings)),
         ("probability", floats), ("decision", strings), ("model_name", strings), ("model_version", strings),
-        ("request_id", strings), ("latency_s", floats), ("role", strings), ("entity.customer_id", strings),
+        ("request_id", strings), ("latency_s", floats), ("role", strings), ("retry", pa.bool_()),
+        ("features_exact", pa.bool_()), ("entity.customer_id", strings),
         ("input.amount", floats), ("input.country", strings), ("feature.customer_txn_count_1h", floats)]
+
+
+def test_a_segment_written_before_retries_were_logged_reads_as_first_exact_answers(tmp_path: Path) -> None:
+    log = PredictionLog(tmp_path)
+    log.write([_record(1), _record(1).model_copy(update={"event_id": "T2", "retry": True, "features_exact": False})])
+    log.close()
+    [segment] = tmp_path.glob(f"*/*{SEGMENT_SUFFIX}")
+    with pa.ipc.open_stream(pa.memory_map(str(segment))) as reader:
+        table = reader.read_all()
+    older = segment.with_name(f"older{SEGMENT_SUFFIX}")
+    with pa.ipc.new_stream(str(older), table.drop_columns(["retry", "features_exact"]).schema) as writer:
+        writer.write_table(table.drop_columns(["retry", "features_exact"]))
+    segment.unlink()
+    log = PredictionLog(tmp_path)
+    log.write([_record(1).model_copy(update={"event_id": "T3", "retry": True})])  # the new layout again
+    log.close()
+
+    flags = {r.event_id: (r.retry, r.features_exact) for r in read_predictions(tmp_path)}
+    assert flags == {"T1": (False, True), "T2": (False, True), "T3": (True, True)}
 
 
 def test_the_frame_has_one_column_per_input_feature_and_key(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from feature_repo.store import FeastOnlineRows, publish_features
 from mlops.contract import DataContract
 from mlops.data.generator import generate_transactions
 from mlops.errors import FeatureStoreError
-from mlops.features import EVENTS_FIELD, NEWEST_FIELD
+from mlops.histories import EVENTS_FIELD, NEWEST_FIELD
 from mlops.online_features import OnlineEvent, OnlineFeatures
 from mlops.settings import Settings
 from mlops.sqlite_online import OnlineRow, SqliteOnlineRows, decode_string_value, encode_value, entity_key_bytes

@@ -31,15 +31,8 @@ from hypothesis import strategies as st
 from feature_repo.store import FeastOnlineRows, publish_features
 from mlops.contract import DataContract
 from mlops.feature_replay import replay_features
-from mlops.features import (
-    History,
-    append_event,
-    canonical_text,
-    compute_features,
-    decode_history,
-    empty_history,
-    to_micros,
-)
+from mlops.features import canonical_text, compute_features, to_micros
+from mlops.histories import History, append_event, decode_history, empty_history
 from mlops.online_features import OnlineEvent, OnlineFeatures
 from mlops.settings import Settings
 
@@ -114,7 +107,7 @@ def test_novelty_and_variety_through_the_online_store_match_brute_force(
                                {"amount": r["amount"]}, {c: canonical_text(r[c], "string") for c in texts})
                    for r in rows]
         seen = paired_online.record_events(events_)
-        served.update({i: compute_features(paired, h, r[TS], {**e.values, **e.texts})
+        served.update({i: compute_features(paired, h.histories, r[TS], {**e.values, **e.texts})
                        for i, r, h, e in zip(order[start:end], rows, seen, events_, strict=True)})
     got = pd.DataFrame([served[i] for i in range(len(frame))], index=frame.index)
     assert_features_equal(got, brute_force(frame, paired))

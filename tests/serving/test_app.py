@@ -26,7 +26,8 @@ from served_platform import ServedPlatform
 from feature_repo.online import open_online_features
 from mlops import registry
 from mlops.contract import DataContract
-from mlops.features import compute_features, empty_history
+from mlops.features import compute_features
+from mlops.histories import empty_history
 from mlops.inference import OnnxModel
 from mlops.prediction_log import PredictionInputs, log_dir, read_predictions
 from serving.app import create_app

@@ -122,7 +122,7 @@ def test_answer_and_log_record_carry_the_request_and_the_model(
         "transaction_id": tid, "request_id": "req-9", "probability": 0.75, "decision": "fraud",
         "threshold": THRESHOLD, "model_name": "fraud-test", "model_version": "7",
         "event_timestamp": WHEN.isoformat(), "unknown_entities": ["customer", "merchant"],
-        "unknown_categories": ["merchant_category"],
+        "unknown_categories": ["merchant_category"], "retry": False, "features_exact": True,
     }
     assert (record.event_id, record.event_timestamp, record.request_id, record.latency_s, record.role) == (
         tid, WHEN, "req-9", 0.012, "challenger")
@@ -164,6 +164,49 @@ def test_a_retried_transaction_is_counted_once(predictor: Predictor, request_mod
     follow_up = _gather(predictor, _request(request_model, customer_id=first.customer_id,  # type: ignore[attr-defined]
                                           event_timestamp=WHEN + timedelta(seconds=5)))
     assert follow_up.features["customer_txn_count_1h"] == 1.0
+
+
+def test_a_late_event_sees_only_earlier_events_and_a_retry_gets_the_first_answer(
+        predictor: Predictor, loaded: LoadedModel, request_model: type[BaseModel]) -> None:
+    first = _request(request_model, amount=0.5)
+    customer = first.customer_id  # type: ignore[attr-defined]
+    answered = _gather(predictor, first)
+    late = _gather(predictor, _request(request_model, customer_id=customer, amount=0.25,
+                                       event_timestamp=WHEN - timedelta(minutes=1)))
+    assert (late.features["customer_txn_count_1h"], late.retry, late.features_exact) == (0.0, False, True)
+    retries_before = _counter(predictor, "mlops_retried_events_total")
+
+    retried = _gather(predictor, _request(request_model, transaction_id=first.transaction_id,  # type: ignore[attr-defined]
+                                          customer_id=customer, amount=0.5, event_timestamp=None))
+
+    assert (retried.retry, retried.event_timestamp, retried.features) == (True, WHEN, answered.features)
+    assert _counter(predictor, "mlops_retried_events_total") == retries_before + 1
+    [probability] = predictor.score(loaded, [retried])
+    record = prediction_record(loaded, retried, probability, decisions=predictor.contract.decisions,
+                               request_id="again", latency_s=None)
+    assert record.role == "retry"  # logged beside the first answer, never counted as a second event
+    assert predictor.answer(loaded, record)["retry"] is True
+    after = _gather(predictor, _request(request_model, customer_id=customer,
+                                        event_timestamp=WHEN + timedelta(minutes=1)))
+    assert after.features["customer_txn_count_1h"] == 2.0  # the late event went in, the retry did not
+
+
+def test_an_event_older_than_the_histories_reach_is_answered_flagged_and_counted(
+        predictor: Predictor, request_model: type[BaseModel]) -> None:
+    """The customer view reaches 7 days back and the default allowance is a day: 9 days late is beyond."""
+    first = _request(request_model)
+    customer = first.customer_id  # type: ignore[attr-defined]
+    for moment in (WHEN, WHEN + timedelta(days=10)):
+        _gather(predictor, _request(request_model, customer_id=customer, event_timestamp=moment))
+    inexact_before = _counter(predictor, "mlops_inexact_features_total")
+
+    within = _gather(predictor, _request(request_model, customer_id=customer,
+                                         event_timestamp=WHEN + timedelta(days=9)))
+    beyond = _gather(predictor, _request(request_model, customer_id=customer,
+                                         event_timestamp=WHEN + timedelta(days=1)))
+
+    assert (within.features_exact, beyond.features_exact) == (True, False)
+    assert _counter(predictor, "mlops_inexact_features_total") == inexact_before + 1
 
 
 def test_requests_gathered_together_see_each_other_in_order(

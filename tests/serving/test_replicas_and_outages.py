@@ -32,7 +32,8 @@ from served_platform import ServedPlatform, cache_for_dead_registry, log_handed_
 from service_process import ServiceProcess, free_port, start_service
 
 from feature_repo.online import open_online_features
-from mlops.features import compute_features, empty_history
+from mlops.features import compute_features
+from mlops.histories import empty_history
 from mlops.inference import OnnxModel
 from mlops.prediction_log import log_dir, read_predictions
 from mlops.settings import Settings

@@ -30,7 +30,8 @@ from service_process import ServiceProcess, free_port, predict_load, start_servi
 
 from mlops import registry
 from mlops.errors import PromotionConflictError, RegistryError
-from mlops.features import compute_features, empty_history
+from mlops.features import compute_features
+from mlops.histories import empty_history
 from mlops.inference import OnnxModel
 from mlops.prediction_frame import read_prediction_frame
 from mlops.prediction_log import log_dir, read_predictions

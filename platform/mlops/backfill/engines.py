@@ -16,7 +16,7 @@ from mlops.backfill.interface import PROBABILITY, FeatureEngine, Scored, registe
 from mlops.backfill.latest_state import latest_histories
 from mlops.contract import DataContract, FeatureViewSpec
 from mlops.errors import ConfigError
-from mlops.features import History
+from mlops.histories import History
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from mlops.contract import DataContract, FeatureViewSpec
 from mlops.errors import ConfigError
-from mlops.features import History
+from mlops.histories import History
 from mlops.settings import Settings
 
 if TYPE_CHECKING:

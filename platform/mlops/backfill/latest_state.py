@@ -17,12 +17,14 @@ from typing import Any
 from mlops.backfill.duckdb_engine import connection, parquet_scan, timed_rows
 from mlops.backfill.window_sql import TIME_COLUMN, quoted, text_sql
 from mlops.contract import DataContract, FeatureViewSpec
-from mlops.features import History, to_micros
+from mlops.features import to_micros
+from mlops.histories import History, kept_from
 
 _MICROS = 1_000_000
 _FETCH_ROWS = 100_000
 LABEL = "__label"
 TEXT = "__text_"  # the view's text columns, numbered
+PRUNED = "__pruned"  # whether the entity has older events than the kept ones
 
 
 def latest_state_sql(contract: DataContract, view: FeatureViewSpec, source: str, end_us: int,
@@ -34,15 +36,16 @@ def latest_state_sql(contract: DataContract, view: FeatureViewSpec, source: str,
     if view.uses_labels:  # offline every label is known
         values += f", CAST({quoted(contract.label_column)} AS DOUBLE) AS {LABEL}"
     horizon = int(view.history_horizon.total_seconds() * _MICROS)
+    cut = f"least(coalesce(previous.previous, newest.newest), newest.newest - {horizon})"
     touched = "" if start_us is None else f" HAVING max(t) > {start_us}"
     return f"""
         WITH ev AS (SELECT {key} AS k, {TIME_COLUMN} AS t, CAST({row_id} AS VARCHAR) AS id{values}
                     FROM ({timed_rows(contract, source)}) WHERE {TIME_COLUMN} <= {end_us}),
-             newest AS (SELECT k, max(t) AS newest FROM ev GROUP BY k{touched}),
+             newest AS (SELECT k, max(t) AS newest, min(t) AS oldest FROM ev GROUP BY k{touched}),
              previous AS (SELECT ev.k, max(ev.t) AS previous FROM ev JOIN newest USING (k)
                           WHERE ev.t < newest.newest GROUP BY ev.k)
-        SELECT ev.* FROM ev JOIN newest USING (k) LEFT JOIN previous USING (k)
-        WHERE ev.t >= least(coalesce(previous.previous, newest.newest), newest.newest - {horizon})
+        SELECT ev.*, newest.oldest < {cut} AS {PRUNED} FROM ev JOIN newest USING (k) LEFT JOIN previous USING (k)
+        WHERE ev.t >= {cut}
         ORDER BY ev.k, ev.t, ev.id"""
 
 
@@ -53,7 +56,7 @@ def latest_histories(offline: Path, contract: DataContract, view: FeatureViewSpe
                            None if start is None else to_micros(start))
     pending: list[tuple[str, History]] = []
     current: str | None = None
-    rows: list[tuple[int, str, tuple[Any, ...]]] = []
+    rows: list[tuple[int, str, tuple[Any, ...], bool]] = []
     kept = [*view.value_columns, *(f"{TEXT}{i}" for i in range(len(view.text_columns))),
             *([LABEL] if view.uses_labels else [])]
     with connection(offline.parent / f".{view.view_name}.spill", memory_limit) as con:
@@ -61,7 +64,8 @@ def latest_histories(offline: Path, contract: DataContract, view: FeatureViewSpe
         for chunk in reader:
             columns = chunk.to_pydict()
             value_lists = [columns[c] for c in kept]
-            for i, (entity, t, event_id) in enumerate(zip(columns["k"], columns["t"], columns["id"], strict=True)):
+            for i, (entity, t, event_id, pruned) in enumerate(zip(columns["k"], columns["t"], columns["id"],
+                                                                  columns[PRUNED], strict=True)):
                 entity = str(entity)
                 if entity != current:
                     if current is not None:
@@ -70,19 +74,20 @@ def latest_histories(offline: Path, contract: DataContract, view: FeatureViewSpe
                             yield pending
                             pending = []
                     current, rows = entity, []
-                rows.append((t, event_id, tuple(v[i] for v in value_lists)))
+                rows.append((t, event_id, tuple(v[i] for v in value_lists), pruned))
     if current is not None:
         pending.append((current, _history(view, rows)))
     if pending:
         yield pending
 
 
-def _history(view: FeatureViewSpec, rows: list[tuple[int, str, tuple[Any, ...]]]) -> History:
-    """A history from (time, id, (*values, *texts, label if the view keeps labels)) rows; a NULL
-    label is unknown."""
+def _history(view: FeatureViewSpec, rows: list[tuple[int, str, tuple[Any, ...], bool]]) -> History:
+    """A history from (time, id, (*values, *texts, label if the view keeps labels), pruned) rows; a
+    NULL label is unknown. Complete from where the query cut when it left older events out."""
     labels = tuple(math.nan if r[2][-1] is None else r[2][-1] for r in rows) if view.uses_labels else ()
     first_text = len(view.value_columns)
     return History(ids=tuple(r[1] for r in rows), times=tuple(r[0] for r in rows),
                    values={c: tuple(r[2][i] for r in rows) for i, c in enumerate(view.value_columns)},
                    labels=labels,
-                   texts={c: tuple(r[2][first_text + i] for r in rows) for i, c in enumerate(view.text_columns)})
+                   texts={c: tuple(r[2][first_text + i] for r in rows) for i, c in enumerate(view.text_columns)},
+                   complete_from=kept_from(view, [r[0] for r in rows], 0) if rows[0][3] else None)
