@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from redis_server import REDIS_MISSING, REDIS_SERVER, redis_server
 from served_platform import ServedPlatform, cache_for_dead_registry, log_handed_to, sample_body
 from service_process import ServiceProcess, free_port, start_service
 
@@ -46,9 +46,6 @@ CONCURRENT = 500
 REDIS_PASSWORD = "test-redis-password"
 TOKEN = "test-admin-token-of-32-characters"
 TRACKING_PASSWORD = "tracking-s3cret-value"
-REDIS_SERVER = shutil.which("redis-server")
-REDIS_MISSING = ("needs redis-server from Debian: apt-get install -y redis-server "
-                 "(.ci/system-packages.sh, run by make test, installs it as root)")
 
 
 @pytest.fixture(scope="module")
@@ -134,30 +131,8 @@ def test_four_sqlite_workers_keep_every_event(platform_home: ServedPlatform, tmp
 
 @pytest.fixture
 def redis_url(tmp_path: Path) -> Iterator[str]:
-    """A password-protected redis-server; its configuration (password included) arrives on stdin."""
-    import redis
-
-    port = free_port()
-    assert REDIS_SERVER is not None
-    server = subprocess.Popen([REDIS_SERVER, "-"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
-    assert server.stdin is not None
-    server.stdin.write(f"bind 127.0.0.1\nport {port}\nsave \"\"\nappendonly no\ndir {tmp_path}\n"
-                       f"requirepass {REDIS_PASSWORD}\n".encode())
-    server.stdin.close()
-    url = f"redis://:{REDIS_PASSWORD}@127.0.0.1:{port}/0"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                redis.Redis.from_url(url).ping()
-                break
-            except redis.ConnectionError:
-                assert time.monotonic() < deadline, "redis-server did not start"
-                time.sleep(0.1)
+    with redis_server(tmp_path, REDIS_PASSWORD) as url:
         yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 @pytest.mark.skipif(REDIS_SERVER is None, reason=REDIS_MISSING)
