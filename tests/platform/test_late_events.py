@@ -1,0 +1,103 @@
+"""Late and retried events through the online SQLite store: any arrival order gives each event the
+offline store's point-in-time features, for every feature family; a retry gets its first answer;
+an event older than the histories reach is flagged, never silently wrong."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pandas as pd
+import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+from late_arrivals import EVENTS, Event, arrivals, check_arrivals, events_frame, every_family
+
+from feature_repo.online import open_online_features
+from feature_repo.store import publish_features
+from mlops.contract import DataContract
+from mlops.histories import append_event, empty_history
+from mlops.late_events import exact_at
+from mlops.online_features import OnlineFeatures
+from mlops.settings import Settings
+
+pytestmark = pytest.mark.unit
+
+DAY = timedelta(days=1)
+# The streams span 40 days: an allowance beyond that keeps every arrival order exact.
+EVERYTHING_KEPT = 41 * DAY
+
+
+@pytest.fixture(scope="module")
+def families(contract: DataContract) -> DataContract:
+    return every_family(contract)
+
+
+def _sqlite_online(families: DataContract, home: object, allowance: timedelta) -> OnlineFeatures:
+    settings = Settings(home=home, late_event_allowance_s=allowance.total_seconds())
+    publish_features(events_frame([("seed", "seed", timedelta(0), 1.0, "pos", 0)], "seed-"), families, settings)
+    return open_online_features(settings, families)
+
+
+@pytest.fixture(scope="module")
+def online(families: DataContract, tmp_path_factory: pytest.TempPathFactory) -> OnlineFeatures:
+    return _sqlite_online(families, tmp_path_factory.mktemp("late"), EVERYTHING_KEPT)
+
+
+@pytest.fixture(scope="module")
+def tight_online(families: DataContract, tmp_path_factory: pytest.TempPathFactory) -> OnlineFeatures:
+    """No lateness allowance: the histories keep the longest window before their newest event only."""
+    return _sqlite_online(families, tmp_path_factory.mktemp("tight"), timedelta(0))
+
+
+@hypothesis_settings(max_examples=12, deadline=None)
+@given(data=st.data(), events=EVENTS)
+def test_any_arrival_order_gets_the_offline_features_and_retries_their_first_answer(
+        families: DataContract, online: OnlineFeatures, data: st.DataObject, events: list[Event]) -> None:
+    check_arrivals(online, families, events, data.draw(arrivals(len(events))), exact_only=True)
+
+
+@hypothesis_settings(max_examples=12, deadline=None)
+@given(data=st.data(), events=EVENTS)
+def test_without_an_allowance_every_answer_flagged_exact_is_exact(
+        families: DataContract, tight_online: OnlineFeatures, data: st.DataObject, events: list[Event]) -> None:
+    check_arrivals(tight_online, families, events, data.draw(arrivals(len(events))), exact_only=False)
+
+
+def test_in_time_order_is_always_exact(families: DataContract, tight_online: OnlineFeatures) -> None:
+    days = (0, 3, 9, 40, 41, 80)
+    check_arrivals(tight_online, families, [("c1", "m1", d * DAY, 10.0, "pos", 0) for d in days],
+                   list(range(len(days))), exact_only=True)
+
+
+def test_an_event_older_than_the_reach_is_flagged(contract: DataContract) -> None:
+    """The bundled customer view reaches 7 days back: with a 1-day allowance, an event 1 day older
+    than the newest is exact and one 1.5 days older is not (its 7-day mean could miss a dropped event)."""
+    [view, _] = contract.feature_views
+    day_us = 86_400_000_000
+    history = empty_history(view)
+    for event_id, day in (("a", 0), ("b", 5), ("c", 10)):
+        history = append_event(view, history, event_id, day * day_us, {"amount": 1.0}, lateness_us=day_us) or history
+    assert history.ids == ("b", "c")  # "a": more than 7 + 1 days before "c"
+    assert history.complete_from == 2 * day_us
+    assert exact_at(view, history, 9 * day_us)  # its 7 days [2 d, 9 d) are all held
+    assert not exact_at(view, history, 8 * day_us + day_us // 2)  # [1.5 d, 8.5 d) reaches past what is held
+    assert exact_at(view, history, 11 * day_us)  # in time order: always exact
+    assert not exact_at(view, history, 4 * day_us)  # also the previous event: nothing held before it
+
+
+def test_histories_stay_small_with_the_allowance(families: DataContract) -> None:
+    """The allowance keeps a day more of events: for a card with an event an hour over 60 days, the
+    customer history holds the longest reach (7 days) plus a day."""
+    view = families.feature_views[0]
+    hour_us = 3_600_000_000
+    sizes = {}
+    for allowance_days in (0, 1):
+        history = empty_history(view)
+        for n in range(60 * 24):
+            history = append_event(view, history, f"t{n}", n * hour_us, {"amount": 1.0},
+                                   texts={c: "x" for c in view.text_columns},
+                                   lateness_us=allowance_days * 24 * hour_us) or history
+        sizes[allowance_days] = len(history)
+    assert sizes == {0: 7 * 24 + 1, 1: 8 * 24 + 1}
+    pd.testing.assert_index_equal(pd.Index([0, 1]), pd.Index(sorted(sizes)))
