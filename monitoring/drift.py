@@ -55,7 +55,7 @@ TOP_SCORE_SHARE = "top_score_share"
 # Log columns that are neither model inputs nor unexpected (identifiers, answers, flags).
 KNOWN_COLUMNS = frozenset({"event_id", "event_timestamp", "logged_at", "model_name", "model_version", "decision",
                            "unknown_categories", "unknown_entities", "role", "customer_id", "merchant_id",
-                           "transaction_id", "request_id", "latency_s", PROBABILITY})
+                           "transaction_id", "request_id", "latency_s", "retry", "features_exact", PROBABILITY})
 
 
 class DriftThresholds(BaseModel):
