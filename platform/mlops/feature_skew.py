@@ -4,7 +4,9 @@ offline point-in-time features for the same entities and times (the ones trainin
 A prediction after the newest offline event cannot be compared (the offline store has not seen
 that period yet); those are counted, not judged. Label features are reported apart: online they
 count only the labels delivered before the prediction was served, offline every label, so they
-differ while labels are late without any skew in the code.
+differ while labels are late without any skew in the code. So are predictions the service flagged
+inexact (an event older than its histories reach back, ``features_exact`` false): the service said
+so when it answered.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class SkewReport(BaseModel):
     worst_feature: str | None
     worst_event: str | None
     label_features_differing: int = 0  # predictions whose label features differ (labels delivered late)
+    flagged_inexact: int = 0  # compared predictions the service answered flagged inexact, never counted as skew
 
     @property
     def share_differing(self) -> float:
@@ -58,6 +61,9 @@ def check_skew(settings: Settings, contract: DataContract, *, sample: int, toler
     answers = offline_features(settings, contract, asked)[contract.feature_names].to_dict("records")
     labels = {f.name for view in contract.feature_views for f in view.features if f.is_label}
     for record, offline in zip(covered, answers, strict=True):
+        if not record.features_exact:
+            report.flagged_inexact += 1
+            continue
         # A feature the service did not log counts as infinitely different.
         diffs = {name: abs(offline[name] - record.features[name]) if name in record.features else math.inf
                  for name in contract.feature_names}

@@ -96,5 +96,8 @@ def skew_command(
         console.print(f"label features differ on {report.label_features_differing:,} of them: served, they count "
                       "only the labels delivered before the prediction (`mlops labels ingest`); not skew",
                       highlight=False)
+    if report.flagged_inexact:
+        console.print(f"{report.flagged_inexact:,} of them were answered flagged inexact (events older than their "
+                      "histories reach back, see MLOPS_LATE_EVENT_ALLOWANCE_S): not compared", highlight=False)
     if report.share_differing > threshold:
         raise FeatureSkewError(f"feature skew {report.share_differing:.2%} is above the threshold {threshold:.2%}")

@@ -4,6 +4,7 @@ each row's features recomputed by brute force from its raw rows, in exact arithm
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 from pathlib import Path
@@ -226,3 +227,23 @@ TEXT_FEATURES = {
 
 def with_text_features(contract: DataContract) -> DataContract:
     return with_features(contract, TEXT_FEATURES)
+
+
+def log_served(settings: Settings, frame: pd.DataFrame, served: pd.DataFrame, inputs: Sequence[str],
+               exact: Sequence[bool] | None = None) -> None:
+    """Log ``frame``'s rows as predictions answered with ``served``'s features (``exact``: whether
+    the service flagged each one exact; all by default), as the skew check reads them."""
+    from mlops.prediction_log import PredictionLog, PredictionRecord, log_dir
+
+    flags = [True] * len(frame) if exact is None else list(exact)
+    log = PredictionLog(log_dir(settings), fsync_interval_s=0)
+    try:
+        log.write([PredictionRecord(
+            event_id=row["transaction_id"], event_timestamp=row[TS],
+            entities={"customer_id": row["customer_id"], "merchant_id": row["merchant_id"]},
+            inputs={name: row[name] for name in inputs}, features=features, unknown_entities=[],
+            unknown_categories=[], logged_at=row[TS], probability=0.5, decision="legit", model_name="m",
+            model_version="1", features_exact=flag)
+            for row, features, flag in zip(frame.to_dict("records"), served.to_dict("records"), flags, strict=True)])
+    finally:
+        log.close()

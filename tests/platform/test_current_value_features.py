@@ -23,6 +23,7 @@ from feature_oracle import (
     assert_scores_equal,
     backfilled,
     brute_force,
+    log_served,
     served_features,
     stream_frame,
     with_current_value_features,
@@ -170,7 +171,6 @@ def test_the_skew_check_compares_current_value_features_with_the_logged_inputs(
     """Offline features at a logged prediction take its own amount (and channel) from the logged
     inputs, its merchant from the logged entities."""
     from mlops.feature_skew import check_skew
-    from mlops.prediction_log import PredictionLog, PredictionRecord, log_dir
 
     scored = with_current_value_features(contract) if family == "current" else with_text_features(contract)
     settings = Settings(home=tmp_path)
@@ -180,17 +180,7 @@ def test_the_skew_check_compares_current_value_features_with_the_logged_inputs(
     frame["channel"] = [rng.choice(["pos", "online"]) for _ in range(30)]
     publish_features(frame, scored, settings)
     served = replay_features(frame, scored)
-    log = PredictionLog(log_dir(settings), fsync_interval_s=0)
-    try:
-        log.write([PredictionRecord(
-            event_id=row["transaction_id"], event_timestamp=row[TS],
-            entities={"customer_id": row["customer_id"], "merchant_id": row["merchant_id"]},
-            inputs={"amount": row["amount"], "channel": row["channel"]}, features=features, unknown_entities=[],
-            unknown_categories=[], logged_at=row[TS], probability=0.5, decision="legit",
-            model_name="m", model_version="1") for row, features in zip(frame.to_dict("records"),
-                                                                        served.to_dict("records"), strict=True)])
-    finally:
-        log.close()
+    log_served(settings, frame, served, ["amount", "channel"])
     report = check_skew(settings, scored, sample=30, tolerance=1e-9)
     assert (report.compared, report.differing) == (30, 0), report
     new = [f["name"] for fs in (CURRENT_VALUE_FEATURES if family == "current" else TEXT_FEATURES).values() for f in fs]
@@ -201,7 +191,6 @@ def test_the_skew_check_reports_late_labels_apart_from_skew(contract: DataContra
     """Served before any label arrived, the label features are 0 online and not offline: reported apart,
     not as skew; a value feature the service got wrong is still skew."""
     from mlops.feature_skew import check_skew
-    from mlops.prediction_log import PredictionLog, PredictionRecord, log_dir
 
     labelled = with_label_features(contract)
     settings = Settings(home=tmp_path)
@@ -212,16 +201,7 @@ def test_the_skew_check_reports_late_labels_apart_from_skew(contract: DataContra
     publish_features(frame, labelled, settings)
     served = replay_features(frame.drop(columns="is_fraud"), labelled)  # no label delivered yet
     served.loc[served.index[-1], "customer_txn_count_1h"] += 1  # one prediction served a wrong count
-    log = PredictionLog(log_dir(settings), fsync_interval_s=0)
-    try:
-        log.write([PredictionRecord(
-            event_id=row["transaction_id"], event_timestamp=row[TS],
-            entities={"customer_id": row["customer_id"], "merchant_id": row["merchant_id"]},
-            inputs={"amount": row["amount"]}, features=features, unknown_entities=[], unknown_categories=[],
-            logged_at=row[TS], probability=0.5, decision="legit", model_name="m", model_version="1")
-            for row, features in zip(frame.to_dict("records"), served.to_dict("records"), strict=True)])
-    finally:
-        log.close()
+    log_served(settings, frame, served, ["amount"])
     offline = replay_features(frame, labelled)
     names = [f.name for v in labelled.feature_views for f in v.features if f.is_label]
     late = int((offline[names] - served[names]).abs().gt(1e-9).any(axis=1).sum())

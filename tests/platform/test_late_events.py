@@ -5,9 +5,11 @@ an event older than the histories reach is flagged, never silently wrong."""
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pandas as pd
 import pytest
+from feature_oracle import log_served, stream_frame
 from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
@@ -16,6 +18,7 @@ from late_arrivals import EVENTS, Event, arrivals, check_arrivals, events_frame,
 from feature_repo.online import open_online_features
 from feature_repo.store import publish_features
 from mlops.contract import DataContract
+from mlops.feature_replay import replay_features
 from mlops.histories import append_event, empty_history
 from mlops.late_events import exact_at
 from mlops.online_features import OnlineFeatures
@@ -101,3 +104,18 @@ def test_histories_stay_small_with_the_allowance(families: DataContract) -> None
         sizes[allowance_days] = len(history)
     assert sizes == {0: 7 * 24 + 1, 1: 8 * 24 + 1}
     pd.testing.assert_index_equal(pd.Index([0, 1]), pd.Index(sorted(sizes)))
+
+
+def test_the_skew_check_counts_answers_flagged_inexact_apart(contract: DataContract, tmp_path: Path) -> None:
+    """A prediction the service flagged inexact is reported as such, not as skew; one it did not flag
+    and got wrong still is."""
+    from mlops.feature_skew import check_skew
+
+    settings = Settings(home=tmp_path)
+    frame = stream_frame([("c1", "m1", timedelta(hours=h), 10.0) for h in range(4)])
+    publish_features(frame, contract, settings)
+    served = replay_features(frame, contract)
+    served.loc[served.index[-2:], "customer_txn_count_1h"] += 1  # the last two answers were wrong ...
+    log_served(settings, frame, served, ["amount"], exact=[True, True, True, False])  # ... the last one flagged
+    report = check_skew(settings, contract, sample=4, tolerance=1e-9)
+    assert (report.compared, report.flagged_inexact, report.differing) == (4, 1, 1)
