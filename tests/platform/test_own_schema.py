@@ -120,7 +120,7 @@ def test_the_request_takes_integer_ids_and_the_answer_the_contracts_decisions(te
     response_model = build_response_model(terminals)
     answer = {"TRANSACTION_ID": 12, "request_id": "r", "probability": 0.9, "decision": "fraud", "threshold": 0.5,
               "model_name": "m", "model_version": "1", "TX_DATETIME": "2026-05-01T10:00:00Z",
-              "unknown_entities": [], "unknown_categories": []}
+              "unknown_entities": [], "unknown_categories": [], "retry": False, "features_exact": True}
     assert response_model.model_validate(answer).decision == "fraud"  # type: ignore[attr-defined]
     with pytest.raises(ValidationError, match="decision"):
         response_model.model_validate({**answer, "decision": "legit"})
