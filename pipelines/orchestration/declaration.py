@@ -154,10 +154,12 @@ STEPS: tuple[Step, ...] = (
          after=("validate",),  # only validated data gets features
          stage=Stage(data=(BUNDLED_CONTRACT_PATH,))),
     Step("train", f"{_TASKS}:train_task",
-         "PyTorch training (GPU when present, torchrun over all of this pod's GPUs); checkpoints, resumes.",
+         "Training of the chosen model family (GPU when present, torchrun over all of this pod's GPUs).",
          consumes=_consumes("preprocess", *_SPLITS), takes=_INGESTED,
          produces=(Produces("model", "Model", "model.pt and training.json."),), record=TrainRecord,
-         resources=Resources(gpus=1)),
+         resources=Resources(gpus=1),
+         # The contract's model: section chooses the family, its parameters and the calibration.
+         stage=Stage(data=(BUNDLED_CONTRACT_PATH,))),
     Step("export", f"{_TASKS}:export_task",
          "ONNX export with preprocessing and calibration inside, parity check, logged as an MLflow model.",
          consumes=(Consumes("model", "train", "model"), Consumes("test", "preprocess", "test")),
