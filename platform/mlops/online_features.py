@@ -161,7 +161,8 @@ class OnlineFeatures:
         result as recording the events one after the other, at the cost of one. An event is
         answered from the events before its own time and inserted in time order, whatever the time
         of the events already held; an id already held is a retry: it gets its first copy's answer
-        (or, once that is pruned, the features at the first copy's time) and is not inserted again.
+        (or, once that answer is pruned, the features at the first copy's time while another of its
+        histories holds it; once none does, it is a new event) and is not inserted again.
         """
         entities = {name: list(dict.fromkeys(e.keys[self._keys[name]] for e in events)) for name in self._views}
         keys = [(self._keys[name], e) for name, values in entities.items() for e in values]

@@ -22,6 +22,8 @@ from mlops.settings import Settings
 
 BASE = datetime(2026, 3, 2, 22, 0, tzinfo=UTC)
 DUCKDB = DuckDBEngine(Settings())
+# What the engine's materialized histories keep beyond the horizon, as the service's write-through does.
+LATENESS_US = int(DUCKDB.settings.late_event_allowance.total_seconds() * 1_000_000)
 TS = "event_timestamp"
 AMOUNT = {"amount": 12.5}  # the event's own value, for features that compare it with the window
 # Half-hour steps hit the 1 h and 24 h window edges exactly; few steps make same-instant ties.

@@ -19,6 +19,7 @@ from feature_oracle import (
     BASE,
     DAY,
     DUCKDB,
+    LATENESS_US,
     STREAMS,
     TS,
     WIDE_STREAMS,
@@ -184,7 +185,7 @@ def test_newest_state_per_entity_is_the_write_through_history(
         for _, row in frame[frame[TS] <= end].sample(frac=1.0, random_state=cut).iterrows():
             history = expected.get(row[key], empty_history(view))
             expected[row[key]] = append_event(view, history, row["transaction_id"], to_micros(row[TS]),
-                                              {"amount": float(row["amount"])}) or history
+                                              {"amount": float(row["amount"])}, lateness_us=LATENESS_US) or history
         batches = list(DUCKDB.latest_histories(folder / "offline.parquet", contract, view, end.to_pydatetime(), None,
                                         batch=2))
         assert all(len(b) <= 2 for b in batches)

@@ -15,6 +15,7 @@ from feature_oracle import (
     BASE,
     DAY,
     DUCKDB,
+    LATENESS_US,
     TS,
     WIDE_OFFSETS,
     assert_features_equal,
@@ -183,7 +184,7 @@ def test_newest_state_keeps_the_texts_the_write_through_keeps(
             expected[row[key]] = append_event(view, history, row["transaction_id"], to_micros(row[TS]),
                                               {"amount": float(row["amount"])},
                                               texts={c: canonical_text(row[c], "string")
-                                                     for c in view.text_columns}) or history
+                                                     for c in view.text_columns}, lateness_us=LATENESS_US) or history
         got = dict(pair for b in DUCKDB.latest_histories(folder / "offline.parquet", paired, view, end.to_pydatetime(),
                                                   None, batch=2) for pair in b)
         assert got == expected

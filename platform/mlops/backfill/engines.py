@@ -38,7 +38,8 @@ class DuckDBEngine(FeatureEngine):
     def latest_histories(self, offline: Path, contract: DataContract, view: FeatureViewSpec, end: datetime,
                          start: datetime | None, *, batch: int) -> Iterator[list[tuple[str, History]]]:
         return latest_histories(offline, contract, view, end, start, batch=batch,
-                                memory_limit=self.settings.duckdb_memory_limit)
+                                memory_limit=self.settings.duckdb_memory_limit,
+                                lateness_us=int(self.settings.late_event_allowance.total_seconds() * 1_000_000))
 
     def score(self, features: Path, model: OnnxModel, work: Path, contract: DataContract) -> Scored:
         """Each record batch scored as it is read: probability is float64 of the graph's float32, as

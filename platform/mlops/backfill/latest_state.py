@@ -28,15 +28,16 @@ PRUNED = "__pruned"  # whether the entity has older events than the kept ones
 
 
 def latest_state_sql(contract: DataContract, view: FeatureViewSpec, source: str, end_us: int,
-                     start_us: int | None) -> str:
-    """SQL: the kept events (key, time, id, values) of every entity with an event in (start, end]."""
+                     start_us: int | None, lateness_us: int = 0) -> str:
+    """SQL: the kept events (key, time, id, values) of every entity with an event in (start, end]: as
+    :func:`mlops.histories.kept_from` keeps them, the lateness allowance included."""
     key, row_id = quoted(contract.entity(view.entity).join_key), quoted(contract.id_column)
     values = "".join(f", CAST({quoted(c)} AS DOUBLE) AS {quoted(c)}" for c in view.value_columns)
     values += "".join(f", {text_sql(contract, c)} AS {TEXT}{i}" for i, c in enumerate(view.text_columns))
     if view.uses_labels:  # offline every label is known
         values += f", CAST({quoted(contract.label_column)} AS DOUBLE) AS {LABEL}"
     horizon = int(view.history_horizon.total_seconds() * _MICROS)
-    cut = f"least(coalesce(previous.previous, newest.newest), newest.newest - {horizon})"
+    cut = f"least(coalesce(previous.previous, newest.newest), newest.newest - {horizon + lateness_us})"
     touched = "" if start_us is None else f" HAVING max(t) > {start_us}"
     return f"""
         WITH ev AS (SELECT {key} AS k, {TIME_COLUMN} AS t, CAST({row_id} AS VARCHAR) AS id{values}
@@ -50,10 +51,12 @@ def latest_state_sql(contract: DataContract, view: FeatureViewSpec, source: str,
 
 
 def latest_histories(offline: Path, contract: DataContract, view: FeatureViewSpec, end: datetime,
-                     start: datetime | None, *, batch: int, memory_limit: str) -> Iterator[list[tuple[str, History]]]:
-    """(entity, history as of ``end``) of every entity with an event after ``start``, ``batch`` at a time."""
+                     start: datetime | None, *, batch: int, memory_limit: str,
+                     lateness_us: int = 0) -> Iterator[list[tuple[str, History]]]:
+    """(entity, history as of ``end``) of every entity with an event after ``start``, ``batch`` at a
+    time, keeping ``lateness_us`` beyond the horizon as the service's write-through does."""
     sql = latest_state_sql(contract, view, parquet_scan(offline), to_micros(end),
-                           None if start is None else to_micros(start))
+                           None if start is None else to_micros(start), lateness_us)
     pending: list[tuple[str, History]] = []
     current: str | None = None
     rows: list[tuple[int, str, tuple[Any, ...], bool]] = []
@@ -69,19 +72,19 @@ def latest_histories(offline: Path, contract: DataContract, view: FeatureViewSpe
                 entity = str(entity)
                 if entity != current:
                     if current is not None:
-                        pending.append((current, _history(view, rows)))
+                        pending.append((current, _history(view, rows, lateness_us)))
                         if len(pending) >= batch:
                             yield pending
                             pending = []
                     current, rows = entity, []
                 rows.append((t, event_id, tuple(v[i] for v in value_lists), pruned))
     if current is not None:
-        pending.append((current, _history(view, rows)))
+        pending.append((current, _history(view, rows, lateness_us)))
     if pending:
         yield pending
 
 
-def _history(view: FeatureViewSpec, rows: list[tuple[int, str, tuple[Any, ...], bool]]) -> History:
+def _history(view: FeatureViewSpec, rows: list[tuple[int, str, tuple[Any, ...], bool]], lateness_us: int) -> History:
     """A history from (time, id, (*values, *texts, label if the view keeps labels), pruned) rows; a
     NULL label is unknown. Complete from where the query cut when it left older events out."""
     labels = tuple(math.nan if r[2][-1] is None else r[2][-1] for r in rows) if view.uses_labels else ()
@@ -90,4 +93,4 @@ def _history(view: FeatureViewSpec, rows: list[tuple[int, str, tuple[Any, ...], 
                    values={c: tuple(r[2][i] for r in rows) for i, c in enumerate(view.value_columns)},
                    labels=labels,
                    texts={c: tuple(r[2][first_text + i] for r in rows) for i, c in enumerate(view.text_columns)},
-                   complete_from=kept_from(view, [r[0] for r in rows], 0) if rows[0][3] else None)
+                   complete_from=kept_from(view, [r[0] for r in rows], lateness_us) if rows[0][3] else None)
