@@ -190,7 +190,7 @@ class FeatureViewSpec(_Strict):
         windows = [f.delay_delta + f.window_delta for f in self.features if f.aggregates_window]
         return max(windows, default=timedelta(0))
 
-    @property
+    @cached_property
     def uses_labels(self) -> bool:
         """True when a feature aggregates the label (the history then keeps each event's label)."""
         return any(f.is_label for f in self.features)

@@ -27,16 +27,18 @@ def replay_features(frame: pd.DataFrame, contract: DataContract) -> pd.DataFrame
     text_columns = {c: contract.column(c).dtype for view in contract.feature_views for c in view.text_columns}
     labelled = contract.label_column in frame  # the replay knows every label, as the backfill does
     moments = pd.to_datetime(frame[ts], utc=True)
-    for index in moments.sort_values(kind="stable").index:
-        record = frame.loc[index]
-        moment = moments.loc[index]
+    order = moments.reset_index(drop=True).sort_values(kind="stable").index
+    # Plain records in time order: a row looked up by label through pandas costs more than its features.
+    records = frame.iloc[order].to_dict("records")
+    for index, moment, record in zip(frame.index[order], moments.iloc[order].tolist(), records, strict=True):
         histories = {name: state.get((name, str(record[key])), empty_history(view))
                      for view in contract.feature_views for name, key in [(view.view_name, keys[view.view_name])]}
         current = {c: float(record[c]) for c in columns}
         texts = {c: canonical_text(record[c], dtype) for c, dtype in text_columns.items()}
         rows[index] = compute_features(contract, histories, moment, {**current, **texts})
+        micros = to_micros(moment)
         for view in contract.feature_views:
-            appended = append_event(view, histories[view.view_name], str(record[row_id]), to_micros(moment),
+            appended = append_event(view, histories[view.view_name], str(record[row_id]), micros,
                                     {c: current[c] for c in view.value_columns},
                                     float(record[contract.label_column]) if labelled else None,
                                     {c: texts[c] for c in view.text_columns})
