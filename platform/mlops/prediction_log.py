@@ -41,6 +41,9 @@ _ENTITY, _INPUT, _FEATURE = "entity.", "input.", "feature."
 FLAT_PREFIXES = (_ENTITY, _INPUT, _FEATURE)  # the nested records' columns in a table
 _MAX_SEGMENT_ROWS = 200_000  # a new segment now and then keeps each file a readable size
 _BUFFER_BYTES = 1 << 16
+# A segment of this many batches (the service writes an answer at a time) is read as one chunk per column:
+# Arrow's kernels pay per chunk, and filtering 2,000 one-row batches of 90 columns took 0.3 s.
+_COMBINE_FROM_BATCHES = 256
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _DAY_MICROS = 86_400_000_000
 
@@ -317,6 +320,8 @@ def window_tables(directory: Path, start: datetime | None, end: datetime | None)
         batches = list(read_segment(path))
         if batches:
             table = pa.Table.from_batches(batches)
+            if len(batches) >= _COMBINE_FROM_BATCHES:
+                table = table.combine_chunks()
             tables.append(table.filter(in_window(table.column("logged_at"), start, end)))
     return tables
 

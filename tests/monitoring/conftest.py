@@ -65,19 +65,25 @@ def write_log(contract: DataContract) -> LogWriter:
 
 
 def _write_log(frame: pd.DataFrame, contract: DataContract, log: PredictionLog, *, version: str = "1",
-              logged_at: datetime | None = None, role: str = "champion") -> None:
-    """Append ``frame`` to a prediction log as the service would have, one second apart."""
+              logged_at: datetime | None = None, role: str = "champion", one_at_a_time: bool = False) -> None:
+    """Append ``frame`` to a prediction log as the service would have, one second apart: in one batch, or
+    ``one_at_a_time`` as the service writes them (a batch per answer, what the readers' many-batch paths read)."""
     start = logged_at or datetime.now(UTC) - timedelta(seconds=len(frame))
     keys = [e.join_key for e in contract.entities]
-    for n, row in enumerate(frame.to_dict("records")):
-        log.append(PredictionRecord(
-            event_id=row[contract.id_column], event_timestamp=row[contract.timestamp_column],
-            logged_at=start + timedelta(seconds=n), entities={k: row[k] for k in keys},
-            inputs={name: row[name] for name in contract.raw_inputs},
-            features={name: float(row[name]) for name in contract.feature_names},
-            unknown_entities=[], unknown_categories=row["unknown_categories"],
-            probability=float(row["probability"]), decision="fraud" if row["probability"] >= 0.5 else "legit",
-            model_name="card-transactions", model_version=version, role=role, latency_s=row.get("latency_s")))
+    records = [PredictionRecord(
+        event_id=row[contract.id_column], event_timestamp=row[contract.timestamp_column],
+        logged_at=start + timedelta(seconds=n), entities={k: row[k] for k in keys},
+        inputs={name: row[name] for name in contract.raw_inputs},
+        features={name: float(row[name]) for name in contract.feature_names},
+        unknown_entities=[], unknown_categories=row["unknown_categories"],
+        probability=float(row["probability"]), decision="fraud" if row["probability"] >= 0.5 else "legit",
+        model_name="card-transactions", model_version=version, role=role, latency_s=row.get("latency_s"))
+        for n, row in enumerate(frame.to_dict("records"))]
+    if one_at_a_time:
+        for record in records:
+            log.append(record)
+    else:
+        log.write(records)
 
 
 def _register_with_profile(settings: Settings, profile: ReferenceProfile) -> str:

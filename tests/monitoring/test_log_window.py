@@ -28,8 +28,9 @@ def _replicas_log(directory: Path, live: Traffic, write_log: LogWriter, contract
     records lack an input (a layout of their own)."""
     traffic = live("amount_inflation")
     first, second = PredictionLog(directory), PredictionLog(directory)
-    write_log(traffic.iloc[:700], first, logged_at=T0)
-    write_log(traffic.iloc[700:1000], second, version="2", role="canary", logged_at=T0 + timedelta(seconds=0.5))
+    write_log(traffic.iloc[:700], first, logged_at=T0, one_at_a_time=True)
+    write_log(traffic.iloc[700:1000], second, version="2", role="canary", logged_at=T0 + timedelta(seconds=0.5),
+              one_at_a_time=True)
     first.close()
     second.close()
     third = PredictionLog(directory)

@@ -49,6 +49,22 @@ def test_one_write_of_many_records_reads_back_by_window_and_day(tmp_path: Path) 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["2026-03-01", "2026-03-02"]
 
 
+def test_a_segment_of_an_answer_a_batch_reads_as_one_written_at_once(tmp_path: Path) -> None:
+    # 600 one-row batches (as the service writes) cross the count from which a segment's chunks are combined.
+    records = [_record(n) for n in range(600)]
+    at_once, one_by_one = PredictionLog(tmp_path / "at-once"), PredictionLog(tmp_path / "one-by-one")
+    at_once.write(records)
+    for record in records:
+        one_by_one.append(record)
+    at_once.close()
+    one_by_one.close()
+    start, end = START + timedelta(seconds=7), START + timedelta(seconds=590)
+
+    read = read_predictions(tmp_path / "one-by-one", start=start, end=end)
+    assert read == read_predictions(tmp_path / "at-once", start=start, end=end) == records[7:590]
+    assert read_prediction_frame(tmp_path / "one-by-one").equals(read_prediction_frame(tmp_path / "at-once"))
+
+
 def test_a_segment_keeps_the_column_order_and_types_that_existing_logs_have(tmp_path: Path) -> None:
     log = PredictionLog(tmp_path)
     log.write([_record(1)])
