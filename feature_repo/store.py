@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from feature_repo.config import REPO_PATH, store_config
+from feature_repo.feast_import import import_feast
 from mlops.backfill import engine_for
 from mlops.contract import DataContract
 from mlops.errors import ConfigError
@@ -35,6 +36,7 @@ def open_store(settings: Settings) -> FeatureStore:
 
     ``MLOPS_ONLINE_STORE=redis`` swaps the embedded SQLite online store for Redis at ``MLOPS_REDIS_URL``.
     """
+    import_feast()
     from feast import FeatureStore
     from feast.repo_config import RepoConfig
 
@@ -50,7 +52,8 @@ def publish_features(source: Path | pd.DataFrame, contract: DataContract, settin
     Touches the offline files and the registry only: the online store (what production serves)
     changes through `mlops features materialize` and the service's write-through, never here.
     """
-    from feature_repo.definitions import build_definitions  # defines Feast objects: imports feast
+    import_feast()  # first: the definitions module imports feast at its top
+    from feature_repo.definitions import build_definitions
 
     offline = backfill_offline(source, contract, settings)
     store = open_store(settings)
