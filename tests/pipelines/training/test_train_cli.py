@@ -1,13 +1,11 @@
-"""`mlops train`: one process, under torchrun (2 gloo ranks), --reproduce and --search, against a real
-MLflow store on SQLite; on the same splits and settings it writes the pipeline's ONNX file, byte for byte."""
+"""`mlops train`: one process, --reproduce and --search, against a real MLflow store on SQLite; on the same
+splits and settings it writes the pipeline's ONNX file, byte for byte. Under torchrun (2 gloo ranks) the
+same loop trains a user's module in tests/pipelines/training/test_torch_family_ddp.py."""
 
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,8 +21,6 @@ from pipelines.settings import PipelineSettings
 pytestmark = pytest.mark.integration
 
 runner = CliRunner()
-# Dropout off: the 2-rank run then sees exactly the single run's batches (see pipelines/training/distributed.shard),
-# so its F1 differs only by floating-point summation order, not by sampling noise on a tiny test split.
 ENV = {"MLOPS_MAX_EPOCHS": "5", "MLOPS_PATIENCE": "10", "MLOPS_DROPOUT": "0", "MLOPS_DEVICE": "cpu",
        "MLOPS_SEED": "3", "MLOPS_BATCH_SIZE": "256"}
 RUN_LINE = re.compile(r"run ([0-9a-f]{32}):")
@@ -142,37 +138,6 @@ def test_mlops_train_writes_the_pipelines_onnx_file_byte_for_byte(
     for path in (command_onnx, pipeline_onnx):
         metadata = {prop.key: prop.value for prop in onnx.load(str(path)).metadata_props}
         assert metadata["contract_sha256"] == contract.fingerprint  # the service checks it on load
-
-
-@pytest.mark.timeout(400)
-def test_torchrun_two_gloo_ranks_only_rank0_logs_and_matches_single_f1(
-    home: Path, single_run: str, data_dir: Path
-) -> None:
-    client = _client(home)
-    experiment_id = client.get_run(single_run).info.experiment_id
-    run_id = client.create_run(experiment_id, tags={"entry": "torchrun test"}).info.run_id
-    out_dir = home / "ddp"
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "mlops_cli", "train",
-               "--data-dir", str(data_dir), "--out-dir", str(out_dir), "--run-id", run_id]
-    done = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
-                          timeout=360, check=False)
-    log = done.stderr + done.stdout
-    assert done.returncode == 0, log[-3000:]
-
-    assert "rank 1/2" in log  # both ranks trained
-    assert log.count("rank 0 wrote") == 1
-    assert log.count("exported ") == 1
-    steps = re.findall(r"checkpoint at step (\d+)", log)
-    assert steps
-    assert len(steps) == len(set(steps))  # each checkpoint written once: by rank 0
-    run = client.get_run(run_id)
-    assert run.data.params["world_size"] == "2"
-    epochs = int(run.data.params["epochs_run"])
-    assert len(client.get_metric_history(run_id, "val_pr_auc")) == epochs  # one logger, not two
-    assert len(client.get_metric_history(run_id, "test_f1")) == 1
-    assert run.data.tags["onnx_sha256"] == _sha256(out_dir / "onnx" / "model.onnx")  # rank 0's export, logged
-    single_f1 = client.get_run(single_run).data.metrics["test_f1"]
-    assert abs(run.data.metrics["test_f1"] - single_f1) <= 0.01
 
 
 def test_search_runs_nested_trials_and_trains_the_best(home: Path, data_dir: Path,
