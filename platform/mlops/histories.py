@@ -143,14 +143,16 @@ def kept_from(view: FeatureViewSpec, times: Sequence[int], lateness_us: int) -> 
 
 def _pruned(view: FeatureViewSpec, events: list[tuple[Any, ...]], complete_from: int | None, lateness_us: int,
             answers: Mapping[str, tuple[float, ...]], *, in_order: bool = False) -> History:
-    """Keep the events from :func:`kept_from` on, and the answers of those; ``complete_from`` moves
-    up to the cut when anything older goes."""
+    """Keep the events from :func:`kept_from` on, and the answers of those. ``complete_from`` is the
+    cut once anything was ever cut off (now or before), and stays None while nothing was: so it
+    depends on the events only, not on their arrival order, and equals what the offline store's
+    newest state (mlops.backfill.latest_state) gives for the same events."""
     if not in_order:
         events.sort()
     if events:
         times = [e[0] for e in events]
         cut = kept_from(view, times, lateness_us)
-        if times[0] < cut:
+        if times[0] < cut or complete_from is not None:
             complete_from = cut if complete_from is None else max(complete_from, cut)
         # In time order, the kept events are a suffix: nothing lies between the previous instant and the newest.
         events = events[bisect_left(times, cut):]

@@ -19,7 +19,7 @@ from feature_repo.online import open_online_features
 from feature_repo.store import publish_features
 from mlops.contract import DataContract
 from mlops.feature_replay import replay_features
-from mlops.histories import append_event, empty_history
+from mlops.histories import append_event, empty_history, kept_from
 from mlops.late_events import exact_at
 from mlops.online_features import OnlineFeatures
 from mlops.settings import Settings
@@ -87,6 +87,26 @@ def test_an_event_older_than_the_reach_is_flagged(contract: DataContract) -> Non
     assert not exact_at(view, history, 8 * day_us + day_us // 2)  # [1.5 d, 8.5 d) reaches past what is held
     assert exact_at(view, history, 11 * day_us)  # in time order: always exact
     assert not exact_at(view, history, 4 * day_us)  # also the previous event: nothing held before it
+
+
+def test_where_a_history_is_complete_from_does_not_depend_on_the_arrival_order(contract: DataContract) -> None:
+    """7-day reach, 1-day allowance. In time order "b" cuts "x" off (complete from day -1) and "c" moves the
+    cut to day 0 with nothing older left to cut; with "x" arriving last, "c"'s cut drops it. Both hold the
+    same events, complete from the same time: the newest cut, what materialization computes."""
+    [view, _] = contract.feature_views
+    day_us = 86_400_000_000
+    events = {"x": -3 * day_us // 2, "a": 0, "b": 7 * day_us, "c": 8 * day_us}
+    histories = []
+    for order in (("x", "a", "b", "c"), ("a", "b", "c", "x")):
+        history = empty_history(view)
+        for event_id in order:
+            history = append_event(view, history, event_id, events[event_id], {"amount": 1.0},
+                                   lateness_us=day_us) or history
+        histories.append(history)
+    in_order, late = histories
+    assert in_order == late
+    assert in_order.ids == ("a", "b", "c")
+    assert in_order.complete_from == kept_from(view, [events["a"], events["b"], events["c"]], day_us) == 0
 
 
 def test_histories_stay_small_with_the_allowance(families: DataContract) -> None:
