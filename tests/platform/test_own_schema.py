@@ -48,6 +48,13 @@ def test_fields_that_mean_nothing_for_a_data_set_are_optional(terminals: DataCon
     assert terminals.invariant_fields == ["TRANSACTION_ID"]  # the id, when the contract names none
 
 
+def test_a_small_data_set_generates_even_when_no_owner_is_compromised(terminals: DataContract) -> None:
+    # 1,000 payments over few terminals and cards can draw no compromise period at all (seed 77 once failed).
+    frame = generate_payments(1_000, terminals, seed=77)
+    assert len(frame) == 1_000
+    assert set(frame[terminals.label_column].unique()) <= {0, 1}
+
+
 def test_decisions_must_differ_and_keys_must_be_ids(terminals: DataContract) -> None:
     with pytest.raises(ValidationError, match="positive and negative are both 'yes'"):
         Decisions(positive="yes", negative="yes")

@@ -78,6 +78,8 @@ def _compromised(rng: np.random.Generator, owner: np.ndarray, moment: np.ndarray
     # The latest compromise of the payment's owner that began at or before it (owners sorted apart).
     horizon = float(days + 1) * _DAY_S
     starts = np.sort(victim * horizon + start_day * float(_DAY_S))
+    if starts.size == 0:  # a small data set over few owners can draw no compromise at all
+        return np.zeros(len(owner), dtype=bool)
     keyed = owner * horizon + moment
     latest = np.searchsorted(starts, keyed, side="right") - 1
     found = latest >= 0
