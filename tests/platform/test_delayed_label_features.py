@@ -66,6 +66,21 @@ def test_label_features_see_the_labels_of_the_delayed_window_by_hand(labelled: D
     assert expected["merchant_fraud_rate_23d"].tolist()[5:] == [0.0, 0.5, 0.4]  # the 7-day event (0) counts too
 
 
+def test_transactions_without_labels_backfill_as_labels_not_delivered_as_the_service_does(
+        labelled: DataContract, tmp_path: Path) -> None:
+    """A file to score has no label column: its label features count no labels, as the service's do
+    before any is delivered (`mlops predict` equals /predict), not an error."""
+    frame = labelled_frame([("c1", "m1", n * DAY / 2, 1.0, n % 2) for n in range(80)])
+    unlabelled = frame.drop(columns=["is_fraud"])
+    (tmp_path / "unlabelled").mkdir()
+    (tmp_path / "labelled").mkdir()
+    got = backfilled(unlabelled, labelled, tmp_path / "unlabelled")
+    assert_features_equal(got, replay_features(unlabelled, labelled))
+    label_features = [f.name for v in labelled.feature_views for f in v.features if f.is_label]
+    assert (got[label_features] == 0.0).all().all()
+    assert (backfilled(frame, labelled, tmp_path / "labelled")[label_features] != 0.0).any().any()
+
+
 @hypothesis_settings(max_examples=40, deadline=None)
 @given(events=LABELLED_STREAMS)
 def test_label_features_backfill_equals_brute_force_and_the_online_computation(

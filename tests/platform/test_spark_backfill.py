@@ -348,3 +348,20 @@ def test_integer_ids_without_categories_backfill_and_score_on_spark_as_on_duckdb
     got = scored[PROBABILITY].loc[expected.index]
     assert float((got - expected.astype("float64")).abs().max()) <= 1e-6
     assert got.nunique() > 100
+
+
+def test_payments_without_labels_backfill_on_spark_as_on_duckdb(spark: SparkSession, tmp_path: Path) -> None:
+    """A file to score carries no label column: both engines read its labels as not delivered yet (the
+    terminal example's label rates count none), as the service does, rather than refusing it."""
+    contract = load_contract(CONTRACTS_DIR / "terminals.yaml")
+    source = tmp_path / "payments.parquet"
+    generate_payments(1000, contract, seed=5).drop(columns=[contract.label_column]).to_parquet(source)
+    frames = {}
+    for engine in ("spark", "duckdb"):
+        out = tmp_path / f"{engine}.parquet"
+        backfill_features(source, out, contract, Settings(home=tmp_path, feature_engine=engine))
+        frames[engine] = pd.read_parquet(out).set_index(contract.id_column).sort_index()
+    np.testing.assert_allclose(frames["spark"][contract.feature_names].to_numpy(float),
+                               frames["duckdb"][contract.feature_names].to_numpy(float), rtol=0, atol=1e-9)
+    label_features = [f.name for v in contract.feature_views for f in v.features if f.is_label]
+    assert (frames["spark"][label_features] == 0.0).all().all()

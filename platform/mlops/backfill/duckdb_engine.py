@@ -73,11 +73,21 @@ def current_value_columns(contract: DataContract) -> list[str]:
     return sorted({c for v in contract.feature_views for c in v.current_value_columns})
 
 
+def labels_unknown_where_missing(con: duckdb.DuckDBPyConnection, relation: str, contract: DataContract) -> str:
+    """``relation``, with the label column NULL (not delivered yet) when the data has none: transactions
+    to score carry no labels, and a label feature then skips them, as the service does."""
+    present = {row[0] for row in con.sql(f"DESCRIBE SELECT * FROM {relation}").fetchall()}
+    if contract.label_column in present or not any(v.uses_labels for v in contract.feature_views):
+        return relation
+    return f"(SELECT *, CAST(NULL AS DOUBLE) AS {quoted(contract.label_column)} FROM {relation})"
+
+
 def backfill_duckdb(source: Path, out: Path, contract: DataContract, memory_limit: str) -> None:
-    """Every row of ``source`` with its point-in-time features (float64, contract names) into ``out``."""
+    """Every row of ``source`` with its point-in-time features (float64, contract names) into ``out``;
+    data without the label column is read as labels not delivered yet."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    scan = parquet_scan(source)
     with connection(out.parent / f".{out.name}.spill", memory_limit) as con:
+        scan = labels_unknown_where_missing(con, parquet_scan(source), contract)
         check_columns(con, scan, needed_columns(contract))
         select = ", ".join(feature_selects(contract))
         target = str(out).replace("'", "''")

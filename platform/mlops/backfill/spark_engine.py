@@ -84,6 +84,10 @@ def backfill_spark(source: Location, out: Location, contract: DataContract) -> N
     spark = spark_session()
     with _session_conf(spark):
         frame = _read_parquet(spark, source, "the transactions")
+        if contract.label_column not in frame.columns:  # to score: labels not delivered yet, as DuckDB reads them
+            from pyspark.sql import functions as sf
+
+            frame = frame.withColumn(contract.label_column, sf.lit(None).cast("double"))
         _require(frame, _raw_columns(contract), "the transactions")
         backfill_frame(frame, contract).write.mode("overwrite").parquet(str(out))
 
