@@ -75,6 +75,7 @@ def test_transactions_without_labels_backfill_as_labels_not_delivered_as_the_ser
     (tmp_path / "unlabelled").mkdir()
     (tmp_path / "labelled").mkdir()
     got = backfilled(unlabelled, labelled, tmp_path / "unlabelled")
+    assert "is_fraud" not in pd.read_parquet(tmp_path / "unlabelled" / "features.parquet").columns  # no stand-in
     assert_features_equal(got, replay_features(unlabelled, labelled))
     label_features = [f.name for v in labelled.feature_views for f in v.features if f.is_label]
     assert (got[label_features] == 0.0).all().all()

@@ -365,3 +365,5 @@ def test_payments_without_labels_backfill_on_spark_as_on_duckdb(spark: SparkSess
                                frames["duckdb"][contract.feature_names].to_numpy(float), rtol=0, atol=1e-9)
     label_features = [f.name for v in contract.feature_views for f in v.features if f.is_label]
     assert (frames["spark"][label_features] == 0.0).all().all()
+    assert contract.label_column not in frames["spark"].columns  # the stand-in is not written
+    assert list(frames["spark"].columns) == list(frames["duckdb"].columns)

@@ -52,8 +52,7 @@ def timed_rows(contract: DataContract, relation: str) -> str:
     return f"SELECT *, epoch_us(CAST({moment} AS TIMESTAMPTZ)) AS {TIME_COLUMN} FROM {relation}"
 
 
-def check_columns(con: duckdb.DuckDBPyConnection, relation: str, needed: list[str]) -> None:
-    present = {row[0] for row in con.sql(f"DESCRIBE SELECT * FROM {relation}").fetchall()}
+def check_columns(present: set[str], needed: list[str]) -> None:
     missing = [c for c in needed if c not in present]
     if missing:
         raise InputError(f"the data has no column(s) {', '.join(missing)}", field=missing[0])
@@ -73,25 +72,26 @@ def current_value_columns(contract: DataContract) -> list[str]:
     return sorted({c for v in contract.feature_views for c in v.current_value_columns})
 
 
-def labels_unknown_where_missing(con: duckdb.DuckDBPyConnection, relation: str, contract: DataContract) -> str:
-    """``relation``, with the label column NULL (not delivered yet) when the data has none: transactions
-    to score carry no labels, and a label feature then skips them, as the service does."""
-    present = {row[0] for row in con.sql(f"DESCRIBE SELECT * FROM {relation}").fetchall()}
-    if contract.label_column in present or not any(v.uses_labels for v in contract.feature_views):
-        return relation
-    return f"(SELECT *, CAST(NULL AS DOUBLE) AS {quoted(contract.label_column)} FROM {relation})"
-
-
 def backfill_duckdb(source: Path, out: Path, contract: DataContract, memory_limit: str) -> None:
-    """Every row of ``source`` with its point-in-time features (float64, contract names) into ``out``;
-    data without the label column is read as labels not delivered yet."""
+    """Every row of ``source`` with its point-in-time features (float64, contract names) into ``out``.
+
+    Data without the label column (transactions to score) is read as labels not delivered yet: the
+    label features skip them, as the service skips labels it has not been given; the stand-in column
+    is not written."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with connection(out.parent / f".{out.name}.spill", memory_limit) as con:
-        scan = labels_unknown_where_missing(con, parquet_scan(source), contract)
-        check_columns(con, scan, needed_columns(contract))
+        scan = parquet_scan(source)
+        present = {row[0] for row in con.sql(f"DESCRIBE SELECT * FROM {scan}").fetchall()}
+        excluded = [TIME_COLUMN]
+        if contract.label_column not in present and any(v.uses_labels for v in contract.feature_views):
+            label = quoted(contract.label_column)
+            scan = f"(SELECT *, CAST(NULL AS DOUBLE) AS {label} FROM {scan})"
+            present.add(contract.label_column)
+            excluded.append(label)
+        check_columns(present, needed_columns(contract))
         select = ", ".join(feature_selects(contract))
         target = str(out).replace("'", "''")
-        con.execute(f"COPY (SELECT * EXCLUDE ({TIME_COLUMN}), {select} FROM ({timed_rows(contract, scan)})) "
+        con.execute(f"COPY (SELECT * EXCLUDE ({', '.join(excluded)}), {select} FROM ({timed_rows(contract, scan)})) "
                     f"TO '{target}' (FORMAT parquet, ROW_GROUP_SIZE 122880)")
 
 

@@ -84,12 +84,15 @@ def backfill_spark(source: Location, out: Location, contract: DataContract) -> N
     spark = spark_session()
     with _session_conf(spark):
         frame = _read_parquet(spark, source, "the transactions")
-        if contract.label_column not in frame.columns:  # to score: labels not delivered yet, as DuckDB reads them
+        # To score: labels not delivered yet (a stand-in, not written), as DuckDB reads them.
+        stand_in = contract.label_column not in frame.columns and contract.label_column in _raw_columns(contract)
+        if stand_in:
             from pyspark.sql import functions as sf
 
             frame = frame.withColumn(contract.label_column, sf.lit(None).cast("double"))
         _require(frame, _raw_columns(contract), "the transactions")
-        backfill_frame(frame, contract).write.mode("overwrite").parquet(str(out))
+        backfilled = backfill_frame(frame, contract)
+        (backfilled.drop(contract.label_column) if stand_in else backfilled).write.mode("overwrite").parquet(str(out))
 
 
 def score_spark(features: Location, model_onnx: bytes, out: Location, contract: DataContract) -> None:
