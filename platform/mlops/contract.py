@@ -13,12 +13,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mlops.contract_model import ModelSection
 from mlops.errors import ConfigError
 from mlops.validation_errors import first_field, one_line
+from mlops.yaml_text import YAMLError, parse_yaml
 
 Dtype = Literal["string", "datetime", "float", "int", "category"]
 Aggregation = Literal["count", "mean", "max", "sum", "seconds_since_previous", "label_count", "label_rate",
@@ -452,10 +452,10 @@ class DataContract(_Strict):
 def load_contract(path: Path) -> DataContract:
     """Read and check a contract file; a bad file raises :class:`ConfigError` naming the problem."""
     try:
-        raw = yaml.safe_load(Path(path).read_text())
+        raw = parse_yaml(Path(path).read_text())
     except FileNotFoundError as exc:
         raise ConfigError(f"contract file not found: {path}") from exc
-    except yaml.YAMLError as exc:
+    except YAMLError as exc:
         raise ConfigError(f"contract file {path} is not valid YAML: {exc}") from exc
     try:
         return DataContract.model_validate(raw)

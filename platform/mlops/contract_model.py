@@ -8,11 +8,11 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 from mlops.errors import ConfigError
 from mlops.validation_errors import first_field, one_line
+from mlops.yaml_text import YAMLError, parse_yaml
 
 CalibrationSetting = Literal["auto", "platt", "isotonic", "none"]
 # The model families a contract may name: the bundled ones; a family registered by the training code
@@ -74,8 +74,8 @@ def model_section(path: Path) -> ModelSection | None:
     """The ``model:`` section of the contract at ``path`` alone (the settings read it; the rest of the contract
     is checked by whoever loads it); None where the file has none or cannot be read as YAML."""
     try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError):
+        raw = parse_yaml(Path(path).read_text())
+    except (OSError, YAMLError):
         return None
     section = raw.get("model") if isinstance(raw, dict) else None
     if section is None:

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any, Literal, Self
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
-import yaml
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
@@ -43,6 +42,7 @@ from pydantic_settings import (
 
 from mlops.contracts import BUNDLED_CONTRACT
 from mlops.errors import ConfigError
+from mlops.yaml_text import YAMLError, parse_yaml
 
 ENV_PREFIX = "MLOPS_"
 PARAMS_FILE_VARIABLE = "MLOPS_PARAMS_FILE"
@@ -79,8 +79,8 @@ DEPLOYABLE_FIELDS = frozenset({
 def contract_name(path: Path) -> str:
     """The ``name`` a contract file gives its data set, or the file's stem when it cannot be read."""
     try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError):
+        raw = parse_yaml(Path(path).read_text())
+    except (OSError, YAMLError):
         return Path(path).stem
     name = raw.get("name") if isinstance(raw, dict) else None
     return name if isinstance(name, str) and name else Path(path).stem
@@ -311,8 +311,8 @@ def params_file_source(settings_cls: type[BaseSettings]) -> tuple[PydanticBaseSe
     if not path.is_file():
         raise ConfigError(f"{PARAMS_FILE_VARIABLE}={name}: no such file", field=PARAMS_FILE_VARIABLE)
     try:
-        values = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
+        values = parse_yaml(path.read_text(encoding="utf-8"))
+    except YAMLError as exc:
         raise ConfigError(f"{PARAMS_FILE_VARIABLE}={name} is not valid YAML: {exc}".replace("\n", " "),
                           field=PARAMS_FILE_VARIABLE) from exc
     if values is not None and not isinstance(values, dict):
