@@ -17,7 +17,7 @@ an outage to it, while the store stays the one the home's prediction log belongs
 the reachable start cached its model for. A tracking URI of another (dead) store would be
 refused by the log's claim and would find no cached model of its own.
 
-``--seconds 2`` is the short mode tests/benchmarks runs (every row, every figure, in about a minute).
+``--seconds 1`` is the short mode tests/benchmarks runs (every row, every figure, in under a minute).
 
 Each /predict names a random customer and merchant of the offline tables (a fresh transaction id
 every time), as traffic spreads over cards; one hot card would measure its lock and its ever

@@ -1,4 +1,4 @@
-"""benchmarks/serving_side_by_side.py keeps running end to end: its short mode (2 s per row) on the
+"""benchmarks/serving_side_by_side.py keeps running end to end: its short mode (1 s per row) on the
 served platform's home prints every row with figures. No figure is judged: speed is the benchmark's
 business on a quiet machine (docs/performance.md), this only keeps it from breaking silently."""
 
@@ -33,7 +33,7 @@ def test_the_short_run_prints_every_row_with_figures(platform_home: ServedPlatfo
     home = platform_home.settings.resolved_home
     # TMPDIR: the benchmark's working copy of the home goes with this test's temporary folder.
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "serving_side_by_side.py"), "--home", str(home),
-                             "--seconds", "2", "--connections", "4"], capture_output=True, text=True, timeout=800,
+                             "--seconds", "1", "--connections", "4"], capture_output=True, text=True, timeout=800,
                             cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)}, check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     print(result.stdout)  # the figures, for a run with -s
