@@ -5,6 +5,11 @@ compiles each class's source again on every import: about half of ``import feast
 3.4 s here), paid by every pipeline step, job and service that opens the store. The checks it buys
 are Feast's own argument checks at run time, on calls this package makes with its own values (and
 mypy checks); the same objects are built either way.
+
+Feast also imports torch while it loads, if installed (2.8 s of CPU here), only to offer
+``to_tensor`` on its responses, which this package never asks for. Unless torch is loaded already,
+the import sees it as absent (Feast then raises, only if ``to_tensor`` is called), and a later
+``import torch`` in the same process loads it as usual.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ def _unchecked(target: Any = None, **_options: Any) -> Any:
 
 
 def import_feast() -> None:
-    """Import ``feast`` once per process with typeguard's decorator switched off meanwhile."""
+    """Import ``feast`` once per process with typeguard's decorator switched off meanwhile, and torch
+    hidden from it unless loaded already."""
     if "feast" in sys.modules:
         return
     import typeguard
@@ -30,7 +36,12 @@ def import_feast() -> None:
     with _lock:
         checked = typeguard.typechecked
         typeguard.typechecked = _unchecked
+        hide_torch = "torch" not in sys.modules
+        if hide_torch:
+            sys.modules["torch"] = None  # type: ignore[assignment]  # import's own marker for "absent"
         try:
             import feast  # noqa: F401  (its modules bind the decorator as they load)
         finally:
             typeguard.typechecked = checked
+            if hide_torch:
+                del sys.modules["torch"]
