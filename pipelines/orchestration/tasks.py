@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING
 
 import mlflow
 import pandas as pd
+from mlflow.exceptions import MlflowException
 
 from mlops import registry
 from mlops.contract import DataContract
 from mlops.data.ingest import ingest
 from mlops.data.training_window import apply_window, resolve_window
-from mlops.errors import NotFoundError
+from mlops.errors import InputError, NotFoundError, mask_credentials
 from mlops.inference import OnnxModel
 from mlops.preflight import check_source
 from mlops.reference_profile import PROFILE_ARTIFACT, build_profile
@@ -64,8 +65,17 @@ def outcome_run_name(settings: PipelineSettings, version: str, decision: str) ->
 @contextmanager
 def tracked_step(run_id: str, step: str) -> Iterator[None]:
     """Log into the pipeline's MLflow run; a failure tags the run with the step and the reason, for the
-    MLflow UI (the runner reads the step's FailureRecord)."""
-    with mlflow.start_run(run_id=run_id):
+    MLflow UI (the runner reads the step's FailureRecord). A run the tracking store does not hold (a
+    record written under another home) is an InputError naming the run and the store."""
+    try:
+        run = mlflow.start_run(run_id=run_id)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
+        store = mask_credentials(mlflow.get_tracking_uri())
+        raise InputError(f"{step}: the input record's MLflow run {run_id} is not in the tracking store {store}; "
+                         "run the earlier steps with the same MLOPS_HOME (or tracking URI)", field="run_id") from exc
+    with run:
         try:
             yield
         except Exception as exc:

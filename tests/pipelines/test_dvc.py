@@ -29,7 +29,7 @@ from mlops_cli.app import app
 from pipelines.orchestration import dvc_stages
 from pipelines.orchestration.declaration import BUNDLED_CONTRACT_PATH
 from pipelines.orchestration.dvc_stages import dvc_yaml
-from pipelines.orchestration.records import DeployRecord, EvaluateRecord, read_record, write_record
+from pipelines.orchestration.records import DeployRecord, EvaluateRecord, IngestRecord, read_record, write_record
 from pipelines.settings import PipelineSettings
 
 DVC_FILE = REPO_ROOT / "dvc.yaml"
@@ -139,6 +139,21 @@ def test_a_step_without_its_input_record_exits_2_naming_the_file(tmp_path: Path)
     assert result.exit_code == 2
     assert f"no step record {missing}" in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.unit
+def test_a_step_given_a_record_of_another_home_exits_2_naming_the_run(
+        settings: PipelineSettings, tmp_path: Path) -> None:
+    ingested = tmp_path / "records" / "ingest.json"
+    write_record(ingested, IngestRecord(run_id="0123456789abcdef0123456789abcdef", dataset_sha256="0" * 64))
+    result = runner.invoke(app, ["step", "preprocess", "--snapshot", str(tmp_path / "snapshot"),
+                                 "--ingested", str(ingested), "--train", str(tmp_path / "train"),
+                                 "--validation", str(tmp_path / "validation"), "--test", str(tmp_path / "test")])
+    assert result.exit_code == 2, result.output
+    line = " ".join(result.output.split())
+    assert "MLflow run 0123456789abcdef0123456789abcdef is not in the tracking store sqlite:///" in line
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "train").exists()
 
 
 @pytest.mark.unit
