@@ -336,6 +336,22 @@ def test_offline_tables_never_touch_the_online_store(contract: DataContract, tmp
     assert after == before
 
 
+def test_replay_reads_times_written_at_any_offset_as_their_instants(contract: DataContract) -> None:
+    # A file's times may carry different offsets (sources in two zones): each row is its instant in UTC.
+    frame = stream_frame(EDGE_STREAM)
+    zones = itertools.cycle([timezone(timedelta(hours=2)), timezone(timedelta(hours=-5)), UTC])
+    texts = [t.astimezone(zone).isoformat() for t, zone in zip(frame[TS], zones, strict=False)]  # cycle: endless
+    written = frame.assign(**{TS: texts})
+    assert written[TS].map(lambda text: text[-6:]).nunique() == 3
+    assert_features_equal(replay_features(written, contract), replay_features(frame, contract))
+
+
+def test_replay_of_no_rows_is_an_empty_table_of_every_feature(contract: DataContract) -> None:
+    empty = stream_frame(EDGE_STREAM).iloc[:0]
+    replayed = replay_features(empty, contract)
+    assert (len(replayed), list(replayed.columns)) == (0, contract.feature_names)
+
+
 @hypothesis_settings(max_examples=40, deadline=None)
 @given(events=STREAMS)
 def test_in_memory_replay_matches_brute_force(contract: DataContract,
