@@ -19,7 +19,7 @@ from feature_repo.online import open_online_features
 from feature_repo.store import publish_features
 from mlops.contract import DataContract
 from mlops.feature_replay import replay_features
-from mlops.histories import append_event, empty_history, kept_from
+from mlops.histories import append_event, empty_history, kept_from, merge_histories
 from mlops.late_events import exact_at
 from mlops.online_features import OnlineFeatures
 from mlops.settings import Settings
@@ -107,6 +107,23 @@ def test_where_a_history_is_complete_from_does_not_depend_on_the_arrival_order(c
     assert in_order == late
     assert in_order.ids == ("a", "b", "c")
     assert in_order.complete_from == kept_from(view, [events["a"], events["b"], events["c"]], day_us) == 0
+
+
+def test_a_merge_keeps_where_each_side_is_complete_from_and_every_first_answer(contract: DataContract) -> None:
+    """Materialization merges the offline history into the served one: the union is complete only from
+    where both are (the later bound), and a retry after the merge still gets its event's first answer."""
+    [view, _] = contract.feature_views
+    day_us = 86_400_000_000
+    served = empty_history(view)
+    for event_id, t_us in (("s1", 0), ("s2", 8 * day_us), ("s3", 17 * day_us // 2)):  # "s3" cuts "s1" off
+        served = append_event(view, served, event_id, t_us, {"amount": 1.0}, answer=(float(t_us),)) or served
+    offline = append_event(view, empty_history(view), "o1", 5 * day_us, {"amount": 2.0}, answer=(5.0,))
+    assert offline is not None
+    assert (served.ids, served.complete_from) == (("s2", "s3"), 3 * day_us // 2)
+    merged = merge_histories(view, served, offline)  # nothing more to cut: the bound is the served one's
+    assert merged.ids == ("o1", "s2", "s3")
+    assert merged.complete_from == 3 * day_us // 2
+    assert merged.answers == {"o1": (5.0,), "s2": (float(8 * day_us),), "s3": (float(17 * day_us // 2),)}
 
 
 def test_histories_stay_small_with_the_allowance(families: DataContract) -> None:
