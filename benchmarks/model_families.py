@@ -2,8 +2,9 @@
 test PR-AUC and ROC AUC of the exported graph, its ONNX size, and how fast it scores one row at a time.
 
 For each bundled example (card transactions; terminal payments), the example's own generator writes
-``--rows`` rows; every row's features are replayed in time order (what the backfill computes), and
-the rows split by time as the pipeline splits them (70/15/15 %). Each family then runs in its own
+``--rows`` rows (with ``--hot merchant_id=0.3``, 30 % of them moved onto one merchant); the pipeline's
+backfill computes every row's features, and the rows split by time as the pipeline splits them
+(70/15/15 %). Each family then runs in its own
 process on those same three files: it reads them, fits on train (early stopping and calibration on
 validation), exports the served ONNX graph (preprocessing and calibration inside) with its parity
 check, and scores the test split with that graph. Peak RSS is that process's (Python, libraries, the
@@ -27,6 +28,7 @@ its peak RSS is the benchmark process's so far (every earlier family's and examp
 family's; a full run keeps the process per family because that figure is the one it reports.
 
     .venv/bin/python benchmarks/model_families.py [--rows 100000] [--examples card-transactions terminal-payments]
+        [--hot merchant_id=0.3]
     .venv/bin/python benchmarks/model_families.py --short
 """
 
@@ -69,21 +71,44 @@ SCORING_SECONDS = 2.0  # 1-row calls for this long, cycling over the first SCORI
 SHORT_SCORING_SECONDS = 0.2  # --short: enough calls to show the graph scores rows one at a time
 
 
-def _splits(example: str, rows: int, seed: int, folder: Path) -> dict[str, int]:
-    """The example's rows with their replayed features, split by time into ``folder``/<split>.parquet."""
+def _concentrate(raw_path: Path, column: str, share: float, seed: int) -> None:
+    """Give ``share`` of the rows, drawn at random, one value of ``column`` (one hot merchant, say)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(raw_path)
+    hot = pa.array(np.random.default_rng(seed).random(table.num_rows) < share)
+    values = table[column]
+    hot_value = pa.scalar(f"{column}-HOT" if pa.types.is_string(values.type) else pc.max(values).as_py() + 1,
+                          values.type)
+    pq.write_table(table.set_column(table.schema.get_field_index(column), column,
+                                    pc.if_else(hot, hot_value, values)), raw_path)
+
+
+def _splits(example: str, rows: int, seed: int, folder: Path, hot: tuple[str, float] | None) -> dict[str, int]:
+    """The example's rows with their features, split by time into ``folder``/<split>.parquet.
+
+    Features come from the pipeline's own backfill (DuckDB; tests hold it equal to the online
+    replay), which keeps a million rows with one entity holding 30 % of them a matter of seconds.
+    """
     import pandas as pd
 
+    from mlops.backfill import backfill_features
     from mlops.contract import load_contract
     from mlops.data.examples import EXAMPLES
-    from mlops.feature_replay import replay_features
+    from mlops.settings import Settings
     from pipelines.steps.preprocess import time_split
 
     path, generate = EXAMPLES[example]
     contract = load_contract(path)
-    raw_path = folder / "raw.parquet"
+    raw_path, features_path = folder / "raw.parquet", folder / "features.parquet"
     generate(raw_path, rows, contract, seed=seed, scenario="none", fraud_rate=0.03)
-    raw = pd.read_parquet(raw_path)
-    frame = pd.concat([raw, replay_features(raw, contract)], axis=1)
+    if hot is not None:
+        _concentrate(raw_path, *hot, seed=seed)
+    backfill_features(raw_path, features_path, contract, Settings(contract_path=path, home=folder / "home"))
+    frame = pd.read_parquet(features_path)
     counts = {}
     for name, split in time_split(frame, contract).items():
         split.to_parquet(folder / f"{name}.parquet", index=False)
@@ -178,6 +203,17 @@ def _machine() -> str:
     return f"{model}, {os.cpu_count()} cores, {memory:.0f} GiB"
 
 
+def _hot_option(text: str) -> tuple[str, float]:
+    column, _, share = text.partition("=")
+    try:
+        value = float(share)
+    except ValueError:
+        value = -1.0
+    if not column or not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected COLUMN=SHARE with a share between 0 and 1, got {text!r}")
+    return column, value
+
+
 def main() -> None:
     from mlops.data.examples import EXAMPLES
 
@@ -186,6 +222,8 @@ def main() -> None:
     parser.add_argument("--examples", nargs="+", default=list(EXAMPLES), choices=list(EXAMPLES))
     parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
     parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--hot", metavar="COLUMN=SHARE", type=_hot_option,
+                        help="give SHARE of the rows one value of COLUMN (merchant_id=0.3: one merchant holds 30 %%)")
     parser.add_argument("--short", action="store_true", help="a smoke run: few rows, rounds and epochs")
     parser.add_argument("--fit", choices=list(FAMILIES), help=argparse.SUPPRESS)  # the per-family child
     parser.add_argument("--example", help=argparse.SUPPRESS)
@@ -194,6 +232,13 @@ def main() -> None:
     if args.fit:
         print(json.dumps(_fit(args.example, args.fit, args.folder, args.short)))
         return
+    if args.hot:
+        from mlops.contract import load_contract
+
+        lacking = [e for e in args.examples
+                   if args.hot[0] not in {c.name for c in load_contract(EXAMPLES[e][0]).columns}]
+        if lacking:
+            parser.error(f"--hot: {', '.join(lacking)} has no column {args.hot[0]!r}")
     short_rows = args.short and args.rows == parser.get_default("rows")
     work = Path(tempfile.mkdtemp(prefix="model-families-"))
     short_note = "; short: figures mean nothing, every family fits in this process" if args.short else ""
@@ -204,10 +249,11 @@ def main() -> None:
         folder = work / example
         folder.mkdir()
         started = time.perf_counter()
-        counts = _splits(example, rows, args.seed, folder)
-        print(f"\n### {example}\n\n{rows:,} rows; train / validation / test {counts['train']:,} / "
+        counts = _splits(example, rows, args.seed, folder, args.hot)
+        hot_note = f"; {args.hot[1]:.0%} of the rows on one {args.hot[0]}" if args.hot else ""
+        print(f"\n### {example}\n\n{rows:,} rows{hot_note}; train / validation / test {counts['train']:,} / "
               f"{counts['validation']:,} / {counts['test']:,} ({counts['test positives']:,} test positives); "
-              f"features replayed in {time.perf_counter() - started:.0f} s\n")
+              f"features backfilled in {time.perf_counter() - started:.0f} s\n")
         print("| " + " | ".join(COLUMNS) + " |")
         print("|---|" + "---:|" * (len(COLUMNS) - 1))
         results = {}
