@@ -26,6 +26,7 @@ from mlops import registry
 from mlops.contract import DataContract
 from mlops.errors import MLOpsError, ModelNotReadyError, PromotionConflictError, RegistryError
 from mlops.inference import OnnxModel
+from mlops.served_registry import served_registry
 from serving.metrics import ServiceMetrics
 from serving.model_cache import ModelCache
 from serving.settings import ServingSettings
@@ -89,6 +90,7 @@ class ModelManager:
         self._swap_lock = threading.Lock()  # the cached model never replaces one the registry gave
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
+        self._registry = served_registry(settings)
         self._cache = ModelCache(settings.resolved_home / "serving" / "cache", settings.resolved_tracking_uri,
                                  settings.model_name)
 
@@ -102,10 +104,12 @@ class ModelManager:
     def start(self) -> None:
         """Load what the alias holds now, or the cached model when the registry fails or is slow.
 
-        An HTTP registry that does not answer its /health at all is known down before MLflow is
-        even imported (seconds): the cached model is served at once and the poller loads the
-        registry's when it answers. Otherwise the first load runs in a thread: a registry that
-        hangs must not hold the replica unready, and whatever that load brings replaces the cache.
+        The embedded SQLite store is read with SQL (mlops.served_registry: milliseconds, no MLflow
+        in the process); a missing one fails at once. An HTTP registry that does not answer its
+        /health at all is known down before MLflow is even imported (seconds): the cached model is
+        served at once and the poller loads the registry's when it answers. Otherwise the first
+        load runs in a thread: a registry that hangs must not hold the replica unready, and
+        whatever that load brings replaces the cache.
         """
         timeout = self.settings.registry_startup_timeout_s
         if not registry_answers(self.settings.resolved_tracking_uri, timeout):
@@ -127,7 +131,8 @@ class ModelManager:
 
     def start_polling(self) -> None:
         """Re-read the registry every poll interval from now on (called once the service is ready:
-        a poll's first MLflow import must not compete with the start-up of a replica on its cache)."""
+        a poll's first MLflow import, for a store read through MLflow, must not compete with the
+        start-up of a replica on its cache)."""
         self._poller = threading.Thread(target=self._poll, name="model-poller", daemon=True)
         self._poller.start()
 
@@ -140,7 +145,7 @@ class ModelManager:
         """Serve ``alias`` from now on; the old model keeps serving if the alias' version cannot be loaded."""
         with self._refresh_lock:
             try:
-                version = registry.alias_version(self.settings, alias)
+                version = self._registry.alias_version(alias)
             except MLOpsError as exc:
                 raise RegistryError(f"cannot switch to alias {alias!r}: {exc.message}",
                                     public=f"the model registry did not answer; still serving {self.alias!r}") from exc
@@ -172,7 +177,7 @@ class ModelManager:
     def _refresh_serving(self) -> RegistryError | None:
         alias = self.alias
         try:
-            version = registry.alias_version(self.settings, alias)
+            version = self._registry.alias_version(alias)
         except MLOpsError as exc:
             self.last_error = f"registry unreachable, serving what is loaded: {exc.message}"
             log.warning("%s", self.last_error)
@@ -200,7 +205,7 @@ class ModelManager:
 
     def _refresh_challenger(self) -> None:
         try:
-            version = registry.alias_version(self.settings, CHALLENGER_ALIAS)
+            version = self._registry.alias_version(CHALLENGER_ALIAS)
             if version is None:
                 self.challenger = None
             elif self.challenger is None or self.challenger.served.version != version:
@@ -210,7 +215,7 @@ class ModelManager:
 
     def _refresh_canary(self) -> None:
         try:
-            running = registry.canary(self.settings)
+            running = self._registry.canary()
             if running is None:
                 self.canary = None
                 return
@@ -228,7 +233,7 @@ class ModelManager:
         try:
             dest = self.workdir / f"v{version}"
             shutil.rmtree(dest, ignore_errors=True)
-            served = registry.download_version(self.settings, version, dest)
+            served = self._registry.download_version(version, dest)
             model = self._open(served)
         except MLOpsError:
             self.metrics.reload_failed()

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from served_platform import ServedPlatform
 
 SERVING = Path(__file__).resolve().parents[2] / "serving"
 # Training/validation/monitoring stacks keep the image small; pickle-family loaders run code on load.
@@ -80,3 +83,32 @@ def test_the_running_service_needs_none_of_the_training_stack(tmp_path: Path) ->
                             capture_output=True, text=True, timeout=180, check=False)
 
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.integration
+def test_a_service_on_the_embedded_store_serves_its_model_without_mlflow(platform_home: ServedPlatform,
+                                                                          body: dict[str, Any]) -> None:
+    """The model is found and fetched with SQL on the SQLite store (mlops.served_registry): a started
+    service answers from the registry's version with neither MLflow nor what it drags in (SQLAlchemy,
+    alembic) loaded; they were half of a worker's memory and seconds of its start. (pandas is not
+    checked: pyarrow imports it whenever it is installed, at the prediction log's first write.)"""
+    probe = (
+        "import json, sys\n"
+        "from fastapi.testclient import TestClient\n"
+        "from serving.main import service_app\n"
+        "with TestClient(service_app()) as client:\n"
+        "    health = client.get('/healthz').json()\n"
+        "    answer = client.post('/predict', json=json.loads(sys.argv[1]))\n"
+        "    assert answer.status_code == 200, answer.text\n"
+        "loaded = sorted({m.split('.')[0] for m in sys.modules if sys.modules[m] is not None}\n"
+        "                & {'mlflow', 'sqlalchemy', 'alembic'})\n"
+        "print(json.dumps({'health': health, 'loaded': loaded}))\n"
+    )
+    env = {**os.environ, "MLOPS_HOME": str(platform_home.settings.resolved_home)}
+    result = subprocess.run([sys.executable, "-W", "ignore", "-c", probe, json.dumps(body)], env=env,
+                            capture_output=True, text=True, timeout=180, check=False)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert (seen["health"]["model_version"], seen["health"]["source"]) == (platform_home.version, "registry")
+    assert seen["loaded"] == []
