@@ -140,6 +140,7 @@ class ModelManager:
         self._stop.set()
         if self._poller is not None:
             self._poller.join()
+        self._registry.close()
 
     def follow(self, alias: str) -> LoadedModel:
         """Serve ``alias`` from now on; the old model keeps serving if the alias' version cannot be loaded."""

@@ -11,7 +11,12 @@ reads sit behind one interface with two engines, chosen by the tracking URI:
   a version's files copied from the ``file:`` location it records. The schema is MLflow's: the
   reader knows the migration it was written against (:data:`KNOWN_SCHEMA`) and hands any other
   store to MLflow's client rather than guess;
-- :class:`MlflowServedRegistry`, MLflow's client (:mod:`mlops.registry`), for every other store.
+- :class:`RestServedRegistry` for an MLflow tracking server (``http(s)://``): its REST API and its
+  artifact proxy (``mlflow-artifacts:``) through httpx, with the settings' credentials or
+  ``MLFLOW_TRACKING_TOKEN``;
+- :class:`MlflowServedRegistry`, MLflow's client (:mod:`mlops.registry`), for every other store, a
+  separate registry URI, files in an object store, or a server reached with MLflow's TLS or auth
+  plugin variables.
 
 Both fail closed alike: a missing model or alias is "none", a missing version NotFoundError, and
 anything else (a missing or locked store, an unreadable table) RegistryError, never "none".
@@ -19,6 +24,8 @@ anything else (a missing or locked store, an unreadable table) RegistryError, ne
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import sqlite3
 from abc import ABC, abstractmethod
@@ -58,6 +65,9 @@ class ServedRegistry(ABC):
     @abstractmethod
     def download_version(self, version: str, dest: Path) -> ServedModel:
         """The version's graph copied under ``dest``; NotFoundError when the version or its graph is missing."""
+
+    def close(self) -> None:  # noqa: B027 - most readers hold nothing open between calls
+        """Release what the reader holds open (a connection pool); the reader is not used after."""
 
 
 class MlflowServedRegistry(ServedRegistry):
@@ -141,11 +151,122 @@ class SqliteServedRegistry(ServedRegistry):
         return ServedModel(self.model, version, run_id, dest / ONNX_FILE)
 
 
+class RestServedRegistry(ServedRegistry):
+    """The reads as calls of an MLflow tracking server's REST API (httpx), files through its artifact proxy."""
+
+    def __init__(self, settings: Settings) -> None:
+        import httpx
+
+        super().__init__(settings)
+        self.base = settings.resolved_tracking_uri.rstrip("/")
+        credentials = settings.tracking_credentials
+        token = os.environ.get("MLFLOW_TRACKING_TOKEN")
+        headers = {"Authorization": f"Bearer {token}"} if token and credentials is None else {}
+        self._client = httpx.Client(auth=credentials, headers=headers, timeout=settings.tracking_http_timeout_s,
+                                    transport=httpx.HTTPTransport(retries=settings.tracking_http_retries))
+        self._fallback = MlflowServedRegistry(settings)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _get(self, route: str, **params: str) -> dict[str, Any] | None:
+        """The JSON answer of ``GET route``; None for MLflow's "does not exist"; RegistryError otherwise."""
+        import httpx
+
+        try:
+            answer = self._client.get(f"{self.base}{route}", params=params)
+        except httpx.HTTPError as exc:
+            raise RegistryError(f"model registry unreachable: {type(exc).__name__}: {exc}") from exc
+        if answer.is_success:
+            body: dict[str, Any] = answer.json()
+            return body
+        code = _error_code(answer.text)
+        if code == "RESOURCE_DOES_NOT_EXIST":
+            return None
+        raise RegistryError(f"model registry failed: HTTP {answer.status_code} on {route}: "
+                            f"{code or answer.text[:200]}")
+
+    def alias_version(self, alias: str) -> str | None:
+        model = self._get("/api/2.0/mlflow/registered-models/get", name=self.model)
+        aliases = (model or {}).get("registered_model", {}).get("aliases", [])
+        return next((str(a["version"]) for a in aliases if a.get("alias") == alias), None)
+
+    def _run_id(self, version: str) -> str | None:
+        found = self._get("/api/2.0/mlflow/model-versions/get", name=self.model, version=version)
+        if found is None:
+            raise NotFoundError(f"model {self.model} version {version} not found")
+        run_id: str | None = found["model_version"].get("run_id") or None
+        return run_id
+
+    def canary(self) -> tuple[str, float] | None:
+        version = self.alias_version(CANARY_ALIAS)
+        if version is None:
+            return None
+        run_id = self._run_id(version)
+        if run_id is None:
+            return version, 0.0
+        history = self._get("/api/2.0/mlflow/metrics/get-history", run_id=run_id,
+                            metric_key=f"{CANARY_METRIC}/{self.model}") or {}
+        points = [m for m in history.get("metrics", []) if int(m.get("step", 0)) == int(version)]
+        latest = max(points, key=lambda m: int(m["timestamp"]), default=None)
+        return version, float(latest["value"]) if latest else 0.0
+
+    def download_version(self, version: str, dest: Path) -> ServedModel:
+        run_id = self._run_id(version)
+        found = self._get("/api/2.0/mlflow/model-versions/get-download-uri", name=self.model, version=version)
+        location = urlsplit(str((found or {}).get("artifact_uri", "")))
+        if location.scheme != "mlflow-artifacts" or location.netloc:
+            return self._fallback.download_version(version, dest)  # an object store, another server: MLflow's
+        self._download_folder(location.path.strip("/"), dest)
+        if not (dest / ONNX_FILE).is_file():
+            raise NotFoundError(f"model {self.model} version {version} has no {ONNX_FILE}")
+        return ServedModel(self.model, version, run_id, dest / ONNX_FILE)
+
+    def _download_folder(self, path: str, dest: Path) -> None:
+        """Every file under ``path`` of the server's artifact store, into ``dest`` (as MLflow downloads it)."""
+        import httpx
+
+        listing = self._get("/api/2.0/mlflow-artifacts/artifacts", path=path) or {}
+        dest.mkdir(parents=True, exist_ok=True)
+        for entry in listing.get("files", []):
+            name = entry["path"].rsplit("/", 1)[-1]
+            if entry.get("is_dir"):
+                self._download_folder(f"{path}/{name}", dest / name)
+                continue
+            route = f"{self.base}/api/2.0/mlflow-artifacts/artifacts/{path}/{name}"
+            try:
+                with self._client.stream("GET", route) as answer, (dest / name).open("wb") as out:
+                    answer.raise_for_status()
+                    for chunk in answer.iter_bytes():
+                        out.write(chunk)
+            except httpx.HTTPError as exc:
+                raise RegistryError(f"model registry failed reading {path}/{name}: {exc}") from exc
+
+
+def _error_code(text: str) -> str:
+    try:
+        return str(json.loads(text).get("error_code", ""))
+    except (ValueError, AttributeError):
+        return ""
+
+
+# MLflow's client reads these for TLS and auth plugins; a server reached with any of them is read through it.
+_MLFLOW_ONLY = ("MLFLOW_TRACKING_INSECURE_TLS", "MLFLOW_TRACKING_SERVER_CERT_PATH", "MLFLOW_TRACKING_CLIENT_CERT_PATH",
+                "MLFLOW_TRACKING_AUTH", "MLFLOW_TRACKING_AWS_SIGV4")
+
+
 def served_registry(settings: Settings) -> ServedRegistry:
-    """The reader for the settings' registry: SQL on an embedded store MLflow's schema matches, else MLflow."""
+    """The reader for the settings' registry: SQL on an embedded store whose schema it knows, the REST API of
+    an MLflow server, MLflow's client for anything else."""
     uri = settings.resolved_tracking_uri
+    if (settings.registry_uri or uri) != uri:
+        return MlflowServedRegistry(settings)
+    if uri.startswith(("http://", "https://")):
+        if any(os.environ.get(name) for name in _MLFLOW_ONLY):
+            return MlflowServedRegistry(settings)
+        return RestServedRegistry(settings)
     path = local_store_path(uri) if uri.startswith("sqlite:") else None
-    if path is None or (settings.registry_uri or uri) != uri:
+    if path is None:
         return MlflowServedRegistry(settings)
     reader = SqliteServedRegistry(settings, path)
     try:

@@ -1,7 +1,8 @@
 """mlops.served_registry against a real MLflow SQLite store: the SQL reader a service uses answers what
 MLflow's own client answers (every alias, the canary and its share, each version's graph, its run)
-after every move the registry makes, and fails closed the same way; a store of another schema, or
-not SQLite, is read through MLflow."""
+after every move the registry makes, and fails closed the same way; a store of another schema, a file
+store or a separate registry is read through MLflow. (The REST reader against a real server:
+test_served_registry_server.py.)"""
 
 from __future__ import annotations
 
@@ -115,15 +116,15 @@ def test_an_unreadable_table_is_an_outage(settings: Settings) -> None:
         SqliteServedRegistry(settings, _store(settings)).alias_version("production")
 
 
-def test_a_store_of_another_schema_or_another_kind_is_read_through_mlflow(settings: Settings,
+def test_a_store_of_another_schema_or_kind_is_read_through_mlflow(settings: Settings,
                                                                           tmp_path: Path) -> None:
     registry.create_store(settings)
     assert SqliteServedRegistry(settings, _store(settings)).schema() == KNOWN_SCHEMA
     with sqlite3.connect(_store(settings)) as db:
         db.execute("UPDATE alembic_version SET version_num = 'a-newer-mlflow'")
     assert isinstance(served_registry(settings), MlflowServedRegistry)
-    server = settings.model_copy(update={"tracking_uri": "http://127.0.0.1:9"})
-    assert isinstance(served_registry(server), MlflowServedRegistry)
+    file_store = settings.model_copy(update={"tracking_uri": (tmp_path / "mlruns").as_uri()})
+    assert isinstance(served_registry(file_store), MlflowServedRegistry)
     elsewhere = settings.model_copy(update={"registry_uri": f"sqlite:///{tmp_path / 'other.db'}"})
     assert isinstance(served_registry(elsewhere), MlflowServedRegistry)
 
