@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import importlib.abc
 import logging
 import sys
 import time
@@ -74,6 +75,8 @@ def _lifespan(state: ServiceState) -> Callable[[FastAPI], AbstractAsyncContextMa
             online = await run_in_threadpool(open_online_features, state.settings, state.contract)
             state.predictor = Predictor(state.contract, online, state.metrics,
                                         max_clock_skew=timedelta(seconds=state.settings.max_clock_skew_s))
+            if online.local:  # Feast (the Redis path) hands pyarrow pandas objects; SQLite never does
+                skip_pyarrows_pandas_probe()
             # Start-up leaves long-lived objects (FastAPI, pydantic; ~300,000 with MLflow's client); a full
             # collection scanned them all for ~240 ms, a stall that set /predict's p99. Frozen,
             # the collector skips them.
@@ -112,6 +115,32 @@ def keep_training_stack_out() -> None:
     """
     for name in _NEVER_IMPORTED:
         sys.modules.setdefault(name, None)  # type: ignore[arg-type]  # None: "import halted" by design
+
+
+def skip_pyarrows_pandas_probe() -> None:
+    """Keep pyarrow from importing pandas only to ask whether the prediction log's rows are pandas objects.
+
+    The first conversion of Python objects (the log's first write) imports pandas when it is
+    installed, 36 MB of a worker's resident memory, to probe for Series and categoricals the
+    service never hands it. Probed once here with pandas hidden, pyarrow takes pandas as absent for
+    its probes; its explicit pandas calls (to_pandas) still import it, and so can any other module.
+    """
+    if "pandas" in sys.modules:
+        return
+    import pyarrow as pa
+
+    hidden = _PandasHidden()
+    sys.meta_path.insert(0, hidden)  # not None in sys.modules: pyarrow's compiled import reads that as the module
+    try:
+        pa.array([0])
+    finally:
+        sys.meta_path.remove(hidden)
+
+
+class _PandasHidden(importlib.abc.MetaPathFinder):
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == "pandas":
+            raise ModuleNotFoundError("pandas is hidden from pyarrow's probe", name=name)
 
 
 def create_app(settings: ServingSettings | None = None) -> FastAPI:

@@ -90,8 +90,9 @@ def test_a_service_on_the_embedded_store_serves_its_model_without_mlflow(platfor
                                                                           body: dict[str, Any]) -> None:
     """The model is found and fetched with SQL on the SQLite store (mlops.served_registry): a started
     service answers from the registry's version with neither MLflow nor what it drags in (SQLAlchemy,
-    alembic) loaded; they were half of a worker's memory and seconds of its start. (pandas is not
-    checked: pyarrow imports it whenever it is installed, at the prediction log's first write.)"""
+    alembic) loaded; they were half of a worker's memory and seconds of its start. Nor pandas, which
+    pyarrow imported at the prediction log's first write only to probe for pandas objects; pandas
+    itself still imports in that process, and pyarrow's to_pandas works."""
     probe = (
         "import json, sys\n"
         "from fastapi.testclient import TestClient\n"
@@ -101,8 +102,10 @@ def test_a_service_on_the_embedded_store_serves_its_model_without_mlflow(platfor
         "    answer = client.post('/predict', json=json.loads(sys.argv[1]))\n"
         "    assert answer.status_code == 200, answer.text\n"
         "loaded = sorted({m.split('.')[0] for m in sys.modules if sys.modules[m] is not None}\n"
-        "                & {'mlflow', 'sqlalchemy', 'alembic'})\n"
-        "print(json.dumps({'health': health, 'loaded': loaded}))\n"
+        "                & {'mlflow', 'sqlalchemy', 'alembic', 'pandas'})\n"
+        "import pyarrow\n"
+        "frame = pyarrow.table({'x': [1.0, None]}).to_pandas()\n"
+        "print(json.dumps({'health': health, 'loaded': loaded, 'nulls': int(frame['x'].isna().sum())}))\n"
     )
     env = {**os.environ, "MLOPS_HOME": str(platform_home.settings.resolved_home)}
     result = subprocess.run([sys.executable, "-W", "ignore", "-c", probe, json.dumps(body)], env=env,
@@ -112,3 +115,4 @@ def test_a_service_on_the_embedded_store_serves_its_model_without_mlflow(platfor
     seen = json.loads(result.stdout.strip().splitlines()[-1])
     assert (seen["health"]["model_version"], seen["health"]["source"]) == (platform_home.version, "registry")
     assert seen["loaded"] == []
+    assert seen["nulls"] == 1
