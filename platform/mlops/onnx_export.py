@@ -27,7 +27,7 @@ OUTPUT_NAME = "probability"
 BATCH_DIM = "batch"
 _ML_DOMAIN = "ai.onnx.ml"
 _ML_OPSET = 3
-_NET_PREFIX = "net/"  # keeps the torch graph's internal names clear of contract field names
+NET_PREFIX = "net/"  # keeps the torch graph's internal names clear of contract field names
 _NUMERIC = "numeric"
 _CATEGORICAL = "categorical"
 
@@ -141,14 +141,14 @@ def write_served_graph(
     ``categorical`` (int64 vocabulary indices [batch, c]) and answers :data:`OUTPUT_NAME` [batch]: any
     model family's scoring graph, so serving sees one kind of file whatever trained it.
     """
-    net = compose.add_prefix(net, _NET_PREFIX, rename_outputs=False)
+    net = compose.add_prefix(net, NET_PREFIX, rename_outputs=False)
     opset = next(o.version for o in net.opset_import if o.domain in ("", "ai.onnx"))
     # A converted tree model may use the ML domain itself; both parts must declare one version of it.
     ml_opset = next((o.version for o in net.opset_import if o.domain == _ML_DOMAIN), _ML_OPSET)
     head = _preprocessing_head(contract, vocabs, opset, net.ir_version, ml_opset)
-    io_map = [(_NUMERIC, _NET_PREFIX + _NUMERIC)]
+    io_map = [(_NUMERIC, NET_PREFIX + _NUMERIC)]
     if contract.model_inputs.categorical:
-        io_map.append((_CATEGORICAL, _NET_PREFIX + _CATEGORICAL))
+        io_map.append((_CATEGORICAL, NET_PREFIX + _CATEGORICAL))
     merged = compose.merge_models(head, net, io_map=io_map, producer_name="mlops.onnx_export")
     # merge_models concatenates both opset lists; keep one entry per domain.
     opsets = {o.domain: o.version for o in merged.opset_import}
