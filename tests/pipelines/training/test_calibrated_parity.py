@@ -59,41 +59,42 @@ def _steep_map(logits: np.ndarray) -> Calibrator:
     return Calibrator("isotonic", knots=(tuple(float(v) for v in x), (0.01, 0.05, 0.95, 0.99)))
 
 
-def _export(net: TabularMLP, contract: DataContract, calibrator: Calibrator, path: Path,
-            graph: onnx.ModelProto | None = None) -> Path:
+def _export(net: TabularMLP, contract: DataContract, calibrator: Calibrator, path: Path) -> Path:
     """The served graph: the preprocessing head, the network's logit, the map."""
-    graph = graph if graph is not None else logit_graph_calibrated(net, contract, calibrator)
-    return write_served_graph(graph, contract, fit_vocabularies(contract), path, threshold=0.5, metadata={})
+    return write_served_graph(logit_graph_calibrated(net, contract, calibrator), contract, fit_vocabularies(contract),
+                              path, threshold=0.5, metadata={})
+
+
+@pytest.fixture(scope="module")
+def steep(network: tuple[TabularMLP, np.ndarray], contract: DataContract,
+          tmp_path_factory: pytest.TempPathFactory) -> tuple[Calibrator, Path]:
+    """The steep map and the served graph of the network followed by it (one export for the module)."""
+    calibrator = _steep_map(network[1])
+    return calibrator, _export(network[0], contract, calibrator, tmp_path_factory.mktemp("steep") / "model.onnx")
 
 
 def test_a_steep_map_over_a_right_graph_passes(network: tuple[TabularMLP, np.ndarray], frame: pd.DataFrame,
-                                               contract: DataContract, tmp_path: Path) -> None:
-    net, logits = network
-    calibrator = _steep_map(logits)
-    path = _export(net, contract, calibrator, tmp_path / "model.onnx")
+                                               steep: tuple[Calibrator, Path]) -> None:
+    logits, (calibrator, path) = network[1], steep
     end_to_end = np.abs(OnnxModel(path).predict_proba(frame).astype(np.float64) - calibrator.apply(logits))
     assert end_to_end.max() > TOLERANCE  # what the old check judged, and stopped the export on
     assert check_calibrated_parity(logits, calibrator, path, frame, threshold=0.5, tolerance=TOLERANCE) <= TOLERANCE
 
 
 def test_a_map_the_graph_got_wrong_stops_the_export(network: tuple[TabularMLP, np.ndarray], frame: pd.DataFrame,
-                                                    contract: DataContract, tmp_path: Path) -> None:
-    net, logits = network
-    calibrator = _steep_map(logits)
-    graph = logit_graph_calibrated(net, contract, calibrator)
-    [knots_y] = [t for t in graph.graph.initializer if t.name == "iso_y"]  # the map's values at its knots
+                                                    steep: tuple[Calibrator, Path], tmp_path: Path) -> None:
+    logits, (calibrator, path) = network[1], steep
+    graph = onnx.load(str(path))
+    [knots_y] = [t for t in graph.graph.initializer if t.name.endswith("iso_y")]  # the map's values at its knots
     knots_y.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(knots_y) + np.float32(1e-3), knots_y.name))
-    path = _export(net, contract, calibrator, tmp_path / "wrong-map.onnx", graph)
+    onnx.save(graph, str(tmp_path / "wrong-map.onnx"))
     with pytest.raises(ExportParityError, match=r"isotonic map: network max abs diff \S+, map 0.001"):
-        check_calibrated_parity(logits, calibrator, path, frame, 0.5, TOLERANCE)
+        check_calibrated_parity(logits, calibrator, tmp_path / "wrong-map.onnx", frame, 0.5, TOLERANCE)
 
 
 def test_a_network_the_graph_got_wrong_stops_the_export(network: tuple[TabularMLP, np.ndarray],
-                                                        frame: pd.DataFrame, contract: DataContract,
-                                                        tmp_path: Path) -> None:
-    net, logits = network
-    calibrator = _steep_map(logits)
-    path = _export(net, contract, calibrator, tmp_path / "model.onnx")
+                                                        frame: pd.DataFrame, steep: tuple[Calibrator, Path]) -> None:
+    logits, (calibrator, path) = network[1], steep
     with pytest.raises(ExportParityError, match="network max abs diff"):
         check_calibrated_parity(logits + 0.05, calibrator, path, frame, 0.5, TOLERANCE)
 
