@@ -7,6 +7,7 @@ Under torchrun every rank trains and rank 0 alone exports and scores.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
@@ -29,6 +30,7 @@ from pipelines.steps.evaluate import compute_metrics
 from pipelines.training.entry import file_sha256, run_training
 from pipelines.training.export import export_step
 from pipelines.training.families.bundled import MLPFamily
+from pipelines.training.families.interface import family_class
 from pipelines.training.tracking import TRAINING_DATA_ARTIFACTS, params_from_run
 from pipelines.training.trainer import TrainParams
 
@@ -84,23 +86,32 @@ def export_and_score(paths: dict[str, Path], out_dir: Path, settings: PipelineSe
                        onnx_path=export.onnx_path, model_uri=exported.model_uri)
 
 
-def recorded_inputs(settings: Settings, run_id: str, into: Path) -> tuple[Run, TrainParams, dict[str, Path]]:
-    """The training settings and split files a run logged, the files checked against their logged hashes."""
+def recorded_inputs(settings: Settings, run_id: str, into: Path) -> tuple[Run, TrainParams | None, dict[str, Path]]:
+    """The training settings and split files a run logged, the files checked against their logged hashes.
+
+    The platform loop's settings (TrainParams) for an ``mlp`` run; None for a family fitted in one
+    process (xgboost, sklearn), whose family params and seed the run records instead.
+    """
     stores = connect(settings)
     try:
         run = stores.client.get_run(run_id)
     except mlflow.exceptions.MlflowException as exc:
         raise NotFoundError(f"no MLflow run {run_id!r}: {exc.message}") from exc
     logged = run.data.params
-    # Runs from before families were MLPs; only the platform loop's runs record what reproduces them.
+    # Runs from before families were MLPs.
     family = logged.get("model_family", MLPFamily.name)
-    if family != MLPFamily.name:
-        raise ConfigError(f"run {run_id} trained the {family} family; --reproduce reruns mlp runs only so far",
-                          field="model_family")
-    try:
-        params = params_from_run(logged)
-    except ValueError as exc:
-        raise InputError(f"run {run_id} did not record its training settings (not a training run?)") from exc
+    params = None
+    if family == MLPFamily.name:
+        try:
+            params = params_from_run(logged)
+        except ValueError as exc:
+            raise InputError(f"run {run_id} did not record its training settings (not a training run?)") from exc
+    elif family_class(family).platform_loop:  # a user's torch module
+        raise ConfigError(f"run {run_id} trained the {family} family; --reproduce reruns mlp runs and those "
+                          "of the families fitted in one process (xgboost, sklearn) so far", field="model_family")
+    elif "seed" not in logged:
+        raise InputError(f"run {run_id} did not record its seed (a {family} run from before --reproduce covered "
+                         "its family); train it again to reproduce it later")
     local = stores.download(into, run_id=run_id, artifact_path=TRAINING_DATA_ARTIFACTS)
     paths = {name: logged_split(local, name) for name in ("train", "validation", "test")}
     for name, path in paths.items():
@@ -121,10 +132,14 @@ def reproduce(run_id: str, out_dir: Path, settings: PipelineSettings) -> tuple[T
     """Re-run ``run_id`` from its recorded inputs in a new run; returns the report and {name: (then, now)}."""
     with tempfile.TemporaryDirectory() as tmp:
         original, params, paths = recorded_inputs(settings, run_id, Path(tmp) / "data")
-        # The family and the calibration setting the run trained with, whatever this environment's settings
-        # say; runs from before the calibration was a choice were calibrated by Platt.
-        calibration = original.data.params.get("calibration_setting", "platt")
-        settings = settings.model_copy(update={"model_family": MLPFamily.name, "calibration": calibration})
+        # The family, its params and seed and the calibration setting the run trained with, whatever this
+        # environment's settings say; runs from before the calibration was a choice were calibrated by Platt.
+        logged = original.data.params
+        recorded: dict[str, object] = {"model_family": logged.get("model_family", MLPFamily.name),
+                                       "calibration": logged.get("calibration_setting", "platt")}
+        if params is None:  # a family fitted in one process
+            recorded |= {"model_params": json.loads(logged["model_params"]), "seed": int(logged["seed"])}
+        settings = settings.model_copy(update=recorded)
         again = new_run(settings, {"entry": "mlops train --reproduce", "reproduces": run_id})
         # A fresh checkpoint folder: resuming the original's final checkpoint would prove nothing.
         report = train_and_export(paths, out_dir, str(Path(tmp) / "checkpoints"), settings, run_id=again,

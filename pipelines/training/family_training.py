@@ -95,23 +95,25 @@ def train_family(family: ModelFamily, paths: dict[str, Path], out_dir: Path, con
     if run_id:
         from pipelines.training.lineage import log_split_datasets
 
-        log_family(run_id, family, fitted, summary, fingerprint, data_sha256, contract)
+        log_family(run_id, family, fitted, summary, fingerprint, paths, data_sha256, contract)
         log_split_datasets(run_id, paths, data_sha256, contract)
     return FamilyOutcome(fitted=fitted, summary=summary, fingerprint=fingerprint)
 
 
 def log_family(run_id: str, family: ModelFamily, fitted: FittedModel, summary: FitSummary, fingerprint: str,
-               data_sha256: dict[str, str], contract: DataContract) -> None:
-    """The family and its params as MLflow params, how the fit went as metrics (one batch), and the
-    model's feature importance where it has one (JSON and a picture)."""
+               data_paths: dict[str, Path], data_sha256: dict[str, str], contract: DataContract) -> None:
+    """The family, its params and seed as MLflow params, the split files as artifacts, how the fit went as
+    metrics (one batch), and the model's feature importance where it has one (JSON and a picture)."""
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
     from pipelines.provenance import git_commit, library_versions
+    from pipelines.training.tracking import TRAINING_DATA_ARTIFACTS
 
     params = {
         "model_family": family.name,
         "model_params": json.dumps(family.params, sort_keys=True, default=str),
+        "seed": family.settings.seed,  # with the params and the split files (below): what --reproduce reruns
         **{f"{FAMILY_PARAMS_PREFIX}{k}": json.dumps(v, default=str) for k, v in family.params.items()},
         "device_used": summary.device,
         "stop_reason": summary.stop_reason,
@@ -131,6 +133,8 @@ def log_family(run_id: str, family: ModelFamily, fitted: FittedModel, summary: F
     client = MlflowClient()
     client.log_batch(run_id, metrics=[Metric(k, v, now_ms, 0) for k, v in metrics.items()],
                      params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+    for path in data_paths.values():
+        client.log_artifact(run_id, str(path), TRAINING_DATA_ARTIFACTS)
     client.set_tag(run_id, "model_family", family.name)
     client.set_tag(run_id, "training_fingerprint", fingerprint)
     importance = fitted.feature_importance(contract)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ci_gates.outcome import GateOutcome, failed, passed
 from ci_gates.runs import TRAINED, newest_run
-from mlops.errors import TrainingError
+from mlops.errors import ConfigError, TrainingError
 from pipelines.settings import PipelineSettings
 
 if TYPE_CHECKING:
@@ -34,6 +34,9 @@ def reproducibility_gate(settings: PipelineSettings, run_id: str | None = None) 
     run = newest_run(settings, TRAINED, run_id)
     with tempfile.TemporaryDirectory() as tmp:
         _, params, paths = recorded_inputs(settings, run.info.run_id, Path(tmp) / "data")
+        if params is None:  # a family fitted in one process: `mlops train --reproduce` reruns it
+            raise ConfigError(f"the reproducibility gate reruns mlp runs; run {run.info.run_id} trained "
+                              f"{run.data.params.get('model_family')}", field="model_family")
         return check_reproducibility(paths, [params, params], settings, origin=f"run {run.info.run_id[:12]}",
                                      workdir=Path(tmp))
 

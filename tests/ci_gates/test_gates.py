@@ -141,6 +141,7 @@ def test_reproducibility_gate_matches_runs_of_one_seed_and_fails_another(home: G
     # twice as the gate does, once with the seed changed.
     run = newest_run(home.settings, TRAINED)
     _, params, paths = recorded_inputs(home.settings, run.info.run_id, tmp_path / "data")
+    assert params is not None  # an mlp run
     other_seed = params.model_copy(update={"seed": params.seed + 1})
     outcome = check_reproducibility(paths, [params, params, other_seed], home.settings,
                                     origin=f"run {run.info.run_id[:12]}", workdir=tmp_path)

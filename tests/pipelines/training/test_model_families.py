@@ -18,7 +18,7 @@ from threadpoolctl import threadpool_limits
 
 from mlops import registry
 from mlops.contract import DataContract
-from mlops.errors import ConfigError, UnconvertibleModelError
+from mlops.errors import ConfigError, InputError, UnconvertibleModelError
 from mlops.inference import OnnxModel
 from mlops.onnx_export import OUTPUT_NAME
 from mlops.triton_export import model_config
@@ -217,12 +217,20 @@ def test_search_refuses_an_estimator_it_has_no_space_for_before_reading_anything
         search({}, 3, settings, parent_run_id="unused")
 
 
-def test_reproducing_a_run_of_another_family_is_refused_in_one_line(
+def test_reproducing_a_run_of_a_users_torch_module_is_refused_in_one_line(
         settings: PipelineSettings, tmp_path: Path) -> None:
     client = registry.client(settings)
     run_id = client.create_run(registry.ensure_experiment(settings)).info.run_id
+    client.log_param(run_id, "model_family", "torch")
+    with pytest.raises(ConfigError, match=f"run {run_id} trained the torch family; --reproduce reruns mlp runs"):
+        recorded_inputs(settings, run_id, tmp_path)
+
+
+def test_a_family_run_from_before_it_recorded_its_seed_is_named(settings: PipelineSettings, tmp_path: Path) -> None:
+    client = registry.client(settings)
+    run_id = client.create_run(registry.ensure_experiment(settings)).info.run_id
     client.log_param(run_id, "model_family", "xgboost")
-    with pytest.raises(ConfigError, match=f"run {run_id} trained the xgboost family; --reproduce reruns mlp runs"):
+    with pytest.raises(InputError, match=f"run {run_id} did not record its seed"):
         recorded_inputs(settings, run_id, tmp_path)
 
 

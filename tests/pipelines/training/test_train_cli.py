@@ -101,6 +101,31 @@ def test_reproduce_gives_identical_metrics_and_onnx_hash(home: Path, single_run:
     assert "NO" not in result.output
 
 
+def test_reproduce_reruns_a_tree_family_from_its_recorded_params_seed_and_splits(
+        home: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    trained = runner.invoke(app, ["train", "--family", "xgboost", "--data-dir", str(data_dir),
+                                  "--out-dir", str(home / "xgboost")])
+    assert trained.exit_code == 0, trained.output
+    match = RUN_LINE.search(trained.output)
+    assert match is not None, trained.output
+    # This environment says otherwise: the reproduction follows the run, not these.
+    monkeypatch.setenv("MLOPS_SEED", "99")
+    monkeypatch.setenv("MLOPS_MODEL_FAMILY", "mlp")
+    result = runner.invoke(app, ["train", "--reproduce", match.group(1), "--out-dir", str(home / "xgboost-again")])
+    assert result.exit_code == 0, result.output
+    assert "NO" not in result.output
+    client = _client(home)
+    original = client.get_run(match.group(1))
+    [again] = client.search_runs([original.info.experiment_id], filter_string=f"tags.reproduces = '{match.group(1)}'")
+    assert {k: again.data.params[k] for k in ("model_family", "model_params", "seed")} == {
+        k: original.data.params[k] for k in ("model_family", "model_params", "seed")}
+    assert original.data.params["model_family"] == "xgboost"
+    test_metrics = {k: v for k, v in original.data.metrics.items() if k.startswith("test_")}
+    assert {"test_f1", "test_pr_auc"} <= test_metrics.keys()
+    assert {k: again.data.metrics[k] for k in test_metrics} == test_metrics
+    assert again.data.tags["onnx_sha256"] == original.data.tags["onnx_sha256"]
+
+
 @pytest.fixture(scope="module")
 def pipeline_onnx(home: Path, data_dir: Path) -> Path:
     """The pipeline's train and export tasks on the single run's splits, copied to extensionless files as
