@@ -114,6 +114,9 @@ class SqliteServedRegistry(ServedRegistry):
 
     def _version(self, version: str) -> tuple[str | None, str]:
         """The version's run id and where its files are; NotFoundError when it is not registered."""
+        if not version.isdigit():  # as MLflow's client refuses it: a malformed request, not "no such version"
+            raise RegistryError(f"model registry failed reading version {version}: not a version number",
+                                field="version")
         rows = self._rows("SELECT run_id, storage_location, source FROM model_versions "
                           "WHERE name = ? AND version = ? AND workspace = ? AND current_stage != ?",
                           self.model, int(version), _WORKSPACE, _DELETED)

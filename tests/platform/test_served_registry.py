@@ -83,6 +83,9 @@ def test_the_sql_reader_answers_what_mlflow_answers_after_every_move(settings: S
     assert (answers["production"], answers["canary share"]) == (v4, None)
     registry.client(settings).delete_model_version(settings.model_name, v2)
     assert same(files=True)[v2] == f"model {settings.model_name} version {v2} not found"
+    for reader in (sql, via_mlflow):  # a malformed version is a failed request in both, never "not found"
+        with pytest.raises(RegistryError, match="model registry failed reading version latest"):
+            reader.download_version("latest", tmp_path / "malformed")
 
 
 def test_a_canary_without_a_run_serves_no_traffic_in_both_readers(settings: Settings) -> None:
