@@ -18,6 +18,8 @@ import sys
 import threading
 from typing import Any
 
+from mlops.hidden_imports import hidden
+
 _lock = threading.Lock()
 
 
@@ -33,15 +35,10 @@ def import_feast() -> None:
         return
     import typeguard
 
-    with _lock:
+    with _lock, hidden("torch"):
         checked = typeguard.typechecked
         typeguard.typechecked = _unchecked
-        hide_torch = "torch" not in sys.modules
-        if hide_torch:
-            sys.modules["torch"] = None  # type: ignore[assignment]  # import's own marker for "absent"
         try:
             import feast  # noqa: F401  (its modules bind the decorator as they load)
         finally:
             typeguard.typechecked = checked
-            if hide_torch:
-                del sys.modules["torch"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import gc
-import importlib.abc
 import logging
 import sys
 import time
@@ -30,6 +29,7 @@ from starlette.concurrency import run_in_threadpool
 from feature_repo.online import open_online_features
 from mlops.contract import load_contract
 from mlops.failure_log import FailureLog, failure_dir
+from mlops.hidden_imports import hidden
 from mlops.log_owner import claim_log, registry_identity
 from mlops.prediction_log import PredictionLog, log_dir
 from mlops.store_location import check_home_location
@@ -125,22 +125,10 @@ def skip_pyarrows_pandas_probe() -> None:
     service never hands it. Probed once here with pandas hidden, pyarrow takes pandas as absent for
     its probes; its explicit pandas calls (to_pandas) still import it, and so can any other module.
     """
-    if "pandas" in sys.modules:
-        return
     import pyarrow as pa
 
-    hidden = _PandasHidden()
-    sys.meta_path.insert(0, hidden)  # not None in sys.modules: pyarrow's compiled import reads that as the module
-    try:
+    with hidden("pandas"):
         pa.array([0])
-    finally:
-        sys.meta_path.remove(hidden)
-
-
-class _PandasHidden(importlib.abc.MetaPathFinder):
-    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
-        if name == "pandas":
-            raise ModuleNotFoundError("pandas is hidden from pyarrow's probe", name=name)
 
 
 def create_app(settings: ServingSettings | None = None) -> FastAPI:

@@ -104,11 +104,11 @@ class ModelManager:
     def start(self) -> None:
         """Load what the alias holds now, or the cached model when the registry fails or is slow.
 
-        The embedded SQLite store is read with SQL (mlops.served_registry: milliseconds, no MLflow
-        in the process); a missing one fails at once. An HTTP registry that does not answer its
-        /health at all is known down before MLflow is even imported (seconds): the cached model is
-        served at once and the poller loads the registry's when it answers. Otherwise the first
-        load runs in a thread: a registry that hangs must not hold the replica unready, and
+        The registry is read through mlops.served_registry (SQL on the embedded store, REST on a
+        server: no MLflow in the process); a missing SQLite store fails at once. An HTTP registry
+        that does not answer its /health at all is known down within the start timeout: the cached
+        model is served at once and the poller loads the registry's when it answers. Otherwise the
+        first load runs in a thread: a registry that hangs must not hold the replica unready, and
         whatever that load brings replaces the cache.
         """
         timeout = self.settings.registry_startup_timeout_s

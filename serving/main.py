@@ -54,8 +54,8 @@ def run(settings: ServingSettings | None = None, *, workers: int = 1) -> None:
         configure_logging()
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port, access_log=False)
     else:
-        # A worker importing ONNX Runtime (and MLflow, for a server registry) on a busy machine can miss uvicorn's 5 s
-        # health ping; it would be killed and restarted forever, never serving.
+        # A worker importing ONNX Runtime (and MLflow, for a store read through it) on a busy machine
+        # can miss uvicorn's 5 s health ping; it would be killed and restarted forever, never serving.
         uvicorn.run("serving.main:service_app", factory=True, host=settings.host, port=settings.port,
                     workers=workers, access_log=False, timeout_worker_healthcheck=WORKER_HEALTHCHECK_TIMEOUT_S)
 

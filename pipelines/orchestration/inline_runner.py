@@ -15,7 +15,6 @@ the caller's run output times and reports steps the same way.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import gc
 import warnings
 from collections.abc import Callable, Mapping
@@ -49,9 +48,7 @@ def return_freed_memory() -> None:
     arenas), and the run's peak would be the sum of its steps' leftovers. A no-op off glibc.
     """
     gc.collect()
-    name = ctypes.util.find_library("c")
-    libc = ctypes.CDLL(name) if name else None
-    trim = getattr(libc, "malloc_trim", None)
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)  # the symbols the process has loaded: libc's
     if trim is not None:
         trim(0)
 

@@ -112,6 +112,8 @@ def recorded_inputs(settings: Settings, run_id: str, into: Path) -> tuple[Run, T
     elif "seed" not in logged:
         raise InputError(f"run {run_id} did not record its seed (a {family} run from before --reproduce covered "
                          "its family); train it again to reproduce it later")
+    else:
+        family_params(run)  # unreadable params stop here, before the split files are downloaded
     local = stores.download(into, run_id=run_id, artifact_path=TRAINING_DATA_ARTIFACTS)
     paths = {name: logged_split(local, name) for name in ("train", "validation", "test")}
     for name, path in paths.items():
@@ -119,6 +121,18 @@ def recorded_inputs(settings: Settings, run_id: str, into: Path) -> tuple[Run, T
         if not path.is_file() or file_sha256(path) != expected:
             raise TrainingError(f"run {run_id}: logged {name} split is missing or does not match its hash")
     return run, params, paths
+
+
+def family_params(run: Run) -> dict[str, object]:
+    """The family params a run of a family fitted in one process recorded (``model_params``, JSON)."""
+    try:
+        params = json.loads(run.data.params["model_params"])
+    except (KeyError, ValueError) as exc:  # absent, or cut at MLflow's 6,000 characters
+        raise InputError(f"run {run.info.run_id} did not record its family params in full (model_params); "
+                         "train it again to reproduce it later", field="model_params") from exc
+    if not isinstance(params, dict):
+        raise InputError(f"run {run.info.run_id}: model_params is not a JSON object", field="model_params")
+    return params
 
 
 def logged_split(folder: Path, name: str) -> Path:
@@ -138,7 +152,7 @@ def reproduce(run_id: str, out_dir: Path, settings: PipelineSettings) -> tuple[T
         recorded: dict[str, object] = {"model_family": logged.get("model_family", MLPFamily.name),
                                        "calibration": logged.get("calibration_setting", "platt")}
         if params is None:  # a family fitted in one process
-            recorded |= {"model_params": json.loads(logged["model_params"]), "seed": int(logged["seed"])}
+            recorded |= {"model_params": family_params(original), "seed": int(logged["seed"])}
         settings = settings.model_copy(update=recorded)
         again = new_run(settings, {"entry": "mlops train --reproduce", "reproduces": run_id})
         # A fresh checkpoint folder: resuming the original's final checkpoint would prove nothing.

@@ -32,11 +32,14 @@ def reproducibility_gate(settings: PipelineSettings, run_id: str | None = None) 
     from pipelines.training.command import recorded_inputs
 
     run = newest_run(settings, TRAINED, run_id)
+    family = run.data.params.get("model_family", "mlp")
+    if family != "mlp":  # before its split files are downloaded; `mlops train --reproduce` reruns such a run
+        raise ConfigError(f"the reproducibility gate reruns mlp runs; run {run.info.run_id} trained {family}",
+                          field="model_family")
     with tempfile.TemporaryDirectory() as tmp:
         _, params, paths = recorded_inputs(settings, run.info.run_id, Path(tmp) / "data")
-        if params is None:  # a family fitted in one process: `mlops train --reproduce` reruns it
-            raise ConfigError(f"the reproducibility gate reruns mlp runs; run {run.info.run_id} trained "
-                              f"{run.data.params.get('model_family')}", field="model_family")
+        if params is None:  # recorded_inputs returns an mlp run's TrainParams or refuses the run
+            raise TrainingError(f"run {run.info.run_id} recorded no training settings")
         return check_reproducibility(paths, [params, params], settings, origin=f"run {run.info.run_id[:12]}",
                                      workdir=Path(tmp))
 

@@ -4,7 +4,7 @@ store allows it.
 A service asks three things, every poll: which version an alias holds, whether a canary runs (its
 version and share), and a version's graph. Through MLflow's client that costs the whole MLflow
 package in the serving process (half its memory, 2-3 s of its start; docs/performance.md). So the
-reads sit behind one interface with two engines, chosen by the tracking URI:
+reads sit behind one interface with three engines, chosen by the tracking URI:
 
 - :class:`SqliteServedRegistry` for the embedded store (``sqlite:///...``, the default): read-only
   SQL on the tables MLflow's own store reads for these calls (aliases, model versions, metrics),
@@ -18,8 +18,9 @@ reads sit behind one interface with two engines, chosen by the tracking URI:
   separate registry URI, files in an object store, or a server reached with MLflow's TLS or auth
   plugin variables.
 
-Both fail closed alike: a missing model or alias is "none", a missing version NotFoundError, and
-anything else (a missing or locked store, an unreadable table) RegistryError, never "none".
+All fail closed alike: a missing model or alias is "none", a missing version NotFoundError, and
+anything else (a missing or locked store, an unreadable table, a server's error or an answer that is
+not MLflow's) RegistryError, never "none".
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from abc import ABC, abstractmethod
 from contextlib import closing
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from mlops import registry
 from mlops.errors import NotFoundError, RegistryError
@@ -181,7 +182,13 @@ class RestServedRegistry(ServedRegistry):
         except httpx.HTTPError as exc:
             raise RegistryError(f"model registry unreachable: {type(exc).__name__}: {exc}") from exc
         if answer.is_success:
-            body: dict[str, Any] = answer.json()
+            try:
+                body = answer.json()
+            except ValueError:
+                body = None
+            if not isinstance(body, dict):  # a proxy's page, say: not an answer of MLflow's
+                raise RegistryError(f"model registry failed: {route} answered HTTP {answer.status_code} "
+                                    "without MLflow's JSON")
             return body
         code = _error_code(answer.text)
         if code == "RESOURCE_DOES_NOT_EXIST":
@@ -217,13 +224,23 @@ class RestServedRegistry(ServedRegistry):
     def download_version(self, version: str, dest: Path) -> ServedModel:
         run_id = self._run_id(version)
         found = self._get("/api/2.0/mlflow/model-versions/get-download-uri", name=self.model, version=version)
-        location = urlsplit(str((found or {}).get("artifact_uri", "")))
+        location = urlsplit(self._resolved(str((found or {}).get("artifact_uri", ""))))
         if location.scheme != "mlflow-artifacts" or location.netloc:
             return self._fallback.download_version(version, dest)  # an object store, another server: MLflow's
         self._download_folder(location.path.strip("/"), dest)
         if not (dest / ONNX_FILE).is_file():
             raise NotFoundError(f"model {self.model} version {version} has no {ONNX_FILE}")
         return ServedModel(self.model, version, run_id, dest / ONNX_FILE)
+
+    def _resolved(self, uri: str) -> str:
+        """``runs:/<run>/<path>`` (a version registered from a run's folder) as the run's own artifact URI."""
+        parts = urlsplit(uri)
+        if parts.scheme != "runs":
+            return uri
+        run, _, inner = parts.path.strip("/").partition("/")
+        found = self._get("/api/2.0/mlflow/runs/get", run_id=run) or {}
+        artifacts = str(found.get("run", {}).get("info", {}).get("artifact_uri", ""))
+        return f"{artifacts.rstrip('/')}/{inner}" if artifacts and inner else artifacts
 
     def _download_folder(self, path: str, dest: Path) -> None:
         """Every file under ``path`` of the server's artifact store, into ``dest`` (as MLflow downloads it)."""
@@ -232,11 +249,13 @@ class RestServedRegistry(ServedRegistry):
         listing = self._get("/api/2.0/mlflow-artifacts/artifacts", path=path) or {}
         dest.mkdir(parents=True, exist_ok=True)
         for entry in listing.get("files", []):
-            name = entry["path"].rsplit("/", 1)[-1]
+            name = str(entry.get("path", "")).rsplit("/", 1)[-1]
+            if name in ("", ".", ".."):  # a listing never names these; written, they would leave ``dest``
+                raise RegistryError(f"model registry failed: {path} lists a file named {name!r}")
             if entry.get("is_dir"):
                 self._download_folder(f"{path}/{name}", dest / name)
                 continue
-            route = f"{self.base}/api/2.0/mlflow-artifacts/artifacts/{path}/{name}"
+            route = f"{self.base}/api/2.0/mlflow-artifacts/artifacts/{quote(f'{path}/{name}')}"
             try:
                 with self._client.stream("GET", route) as answer, (dest / name).open("wb") as out:
                     answer.raise_for_status()

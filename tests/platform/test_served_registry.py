@@ -71,13 +71,17 @@ def test_the_sql_reader_answers_what_mlflow_answers_after_every_move(settings: S
     registry.promote(settings, v1, expected=None, actor="alice")
     assert same(files=True)["production"] == v1
     registry.promote(settings, v2, alias="challenger", expected=None, actor="bob")
+    registry.start_canary(settings, v4, 20, actor="bob", reason="")
+    registry.rollback(settings, actor="carol", reason="not yet")
     registry.start_canary(settings, v3, 10, actor="bob", reason="")
     assert same()["canary share"] == (v3, 10.0)
     registry.start_canary(settings, v3, 35, actor="bob", reason="more")  # the share set last is read
     assert same()["canary share"] == (v3, 35.0)
     registry.rollback(settings, actor="carol", reason="errors")
     assert same()["canary share"] is None
-    registry.start_canary(settings, v4, 20, actor="bob", reason="")
+    # The alias moved back by hand (the UI): v4's own share, older than v3's in the same run.
+    registry.client(settings).set_registered_model_alias(settings.model_name, registry.CANARY_ALIAS, v4)
+    assert same()["canary share"] == (v4, 20.0)
     registry.promote(settings, v4, expected=v1, actor="alice")  # promoting the canary ends it
     answers = same()
     assert (answers["production"], answers["canary share"]) == (v4, None)

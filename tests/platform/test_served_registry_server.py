@@ -5,20 +5,24 @@ is an outage, never "no model"."""
 
 from __future__ import annotations
 
+import functools
+import http.server
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from mlflow_models import logged_model
+from mlflow_models import identity_model, logged_model
 
 from benchmarks.serving_side_by_side import free_port
 from mlops import registry
 from mlops.errors import RegistryError
+from mlops.registry import ONNX_FILE
 from mlops.served_registry import MlflowServedRegistry, RestServedRegistry, ServedRegistry, served_registry
 from mlops.settings import Settings
 
@@ -66,8 +70,9 @@ def _answers(reader: ServedRegistry, versions: list[str], tmp_path: Path) -> dic
     answers["canary share"] = reader.canary()
     for version in versions:
         served = reader.download_version(version, tmp_path / type(reader).__name__ / version)
-        answers[version] = (served.version, served.run_id, served.onnx_path.read_bytes(),
-                            sorted(p.name for p in served.onnx_path.parent.iterdir()))
+        folder = served.onnx_path.parent
+        files = sorted((str(p.relative_to(folder)), p.read_bytes()) for p in folder.rglob("*") if p.is_file())
+        answers[version] = (served.version, served.run_id, served.onnx_path.read_bytes(), files)
     return answers
 
 
@@ -90,12 +95,46 @@ def test_the_rest_reader_answers_what_mlflow_answers_after_every_move(on_server:
     v1, v2, v3 = versions
     registry.promote(on_server, v1, expected=None, actor="alice")
     registry.promote(on_server, v2, alias="challenger", expected=None, actor="bob")
+    registry.start_canary(on_server, v2, 20, actor="bob", reason="")
+    registry.rollback(on_server, actor="carol", reason="not yet")
     registry.start_canary(on_server, v3, 10, actor="bob", reason="")
     registry.start_canary(on_server, v3, 35, actor="bob", reason="more")
     assert same()["canary share"] == (v3, 35.0)
-    registry.promote(on_server, v3, expected=v1, actor="alice")
+    # Moved back by hand (the UI): v2's own share, older than v3's in the same run.
+    client = registry.client(on_server)
+    client.set_registered_model_alias(on_server.model_name, registry.CANARY_ALIAS, v2)
+    assert same()["canary share"] == (v2, 20.0)
+    registry.promote(on_server, v2, expected=v1, actor="alice")  # promoting the canary ends it
     answers = same()
-    assert (answers["production"], answers["canary share"]) == (v3, None)
+    assert (answers["production"], answers["canary share"]) == (v2, None)
+    # A version whose files hold a folder (a graph's weights beside it, say): fetched whole through the proxy.
+    bundle = tmp_path / "bundle"
+    (bundle / "weights").mkdir(parents=True)
+    (bundle / ONNX_FILE).write_bytes(identity_model().SerializeToString())
+    (bundle / "weights" / "part-0.bin").write_bytes(b"\x00\x01 weights")
+    client.log_artifacts(run_id, str(bundle), "bundle")
+    versions.append(str(client.create_model_version(on_server.model_name, f"runs:/{run_id}/bundle",
+                                                    run_id=run_id).version))
+    nested = same()[versions[-1]]
+    assert ("weights/part-0.bin", b"\x00\x01 weights") in nested[3]  # type: ignore[index]
+
+
+def test_an_answer_that_is_not_mlflows_is_a_failed_read_not_no_model(on_server: Settings, tmp_path: Path) -> None:
+    """A proxy's page at the API's route (HTTP 200, HTML): RegistryError, never "no model"."""
+    page = tmp_path / "api" / "2.0" / "mlflow" / "registered-models" / "get"
+    page.parent.mkdir(parents=True)
+    page.write_text("<html>sign in</html>")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as proxy:
+        threading.Thread(target=proxy.serve_forever, daemon=True).start()
+        reader = served_registry(on_server.model_copy(
+            update={"tracking_uri": f"http://127.0.0.1:{proxy.server_address[1]}"}))
+        try:
+            with pytest.raises(RegistryError, match="answered HTTP 200 without MLflow's JSON"):
+                reader.alias_version("production")
+        finally:
+            reader.close()
+            proxy.shutdown()
 
 
 def test_an_unreachable_server_is_an_outage(on_server: Settings) -> None:
@@ -111,3 +150,4 @@ def test_mlflows_tls_and_auth_plugin_settings_keep_mlflows_client(on_server: Set
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_INSECURE_TLS", "true")
     assert isinstance(served_registry(on_server), MlflowServedRegistry)
+
