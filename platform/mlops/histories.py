@@ -195,13 +195,33 @@ def append_event(view: FeatureViewSpec, history: History, event_id: str, t_us: i
     event = (t_us, event_id, *(float(values[c]) for c in view.value_columns),
              *(_text((texts or {})[c]) for c in view.text_columns),
              *([_label(label)] if view.uses_labels else []))
-    events = _events(view, history)
-    if events and event < events[-1]:
-        insort(events, event)
-    else:  # the usual case: the newest event so far
-        events.append(event)
     answers = history.answers if answer is None else {**history.answers, event_id: tuple(answer)}
+    if not history.ids or (t_us, event_id) > (history.times[-1], history.ids[-1]):
+        return _with_newest(view, history, event, lateness_us, answers)  # the usual case
+    events = _events(view, history)
+    insort(events, event)
     return _pruned(view, events, history.complete_from, lateness_us, answers, in_order=True)
+
+
+def _with_newest(view: FeatureViewSpec, history: History, event: tuple[Any, ...], lateness_us: int,
+                 answers: Mapping[str, tuple[float, ...]]) -> History:
+    """What :func:`_pruned` gives for ``history``'s events and ``event``, the newest of them, column
+    by column: no event tuples, so its cost barely grows with the history's length."""
+    times = (*history.times, event[0])
+    cut = kept_from(view, times, lateness_us)
+    complete_from = history.complete_from
+    if times[0] < cut or complete_from is not None:
+        complete_from = cut if complete_from is None else max(complete_from, cut)
+    start = bisect_left(times, cut)
+    ids = (*history.ids, event[1])[start:]
+    first_text = 2 + len(view.value_columns)
+    return History(ids=ids, times=times[start:],
+                   values={c: (*history.values[c], event[2 + i])[start:] for i, c in enumerate(view.value_columns)},
+                   labels=(*history.labels, event[-1])[start:] if view.uses_labels else (),
+                   texts={c: (*history.texts[c], event[first_text + i])[start:]
+                          for i, c in enumerate(view.text_columns)},
+                   complete_from=complete_from,
+                   answers={i: answers[i] for i in ids if i in answers} if answers else {})
 
 
 def merge_histories(view: FeatureViewSpec, current: History, incoming: History, *, lateness_us: int = 0) -> History:

@@ -21,13 +21,13 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mlops.contract import DataContract, FeatureViewSpec
+from mlops.decoded_histories import DecodedHistories
 from mlops.errors import FeatureStoreError
 from mlops.features import compute_features, to_micros
 from mlops.histories import (
     EVENTS_FIELD,
     History,
     append_event,
-    decode_history,
     merge_histories,
     set_labels,
     stored_fields,
@@ -134,6 +134,7 @@ class OnlineFeatures:
         self._keys = {v.view_name: contract.entity(v.entity).join_key for v in contract.feature_views}
         self._answers_view = contract.feature_views[0].view_name  # keeps each event's first answer
         self._entity_locks = [threading.Lock() for _ in range(_LOCK_STRIPES)]
+        self._decoded = DecodedHistories()
 
     @contextmanager
     def entities_locked(self, entities: Iterable[tuple[str, str]]) -> Iterator[None]:
@@ -235,13 +236,15 @@ class OnlineFeatures:
         return changed
 
     def _row(self, view: FeatureViewSpec, entity: str, history: History) -> OnlineRow:
-        return OnlineRow(view.view_name, self._keys[view.view_name], entity, stored_fields(view, history),
-                         _utc(history.times[-1]))
+        fields = stored_fields(view, history)
+        # The text is what the next read of the entity will most likely find: no decode then.
+        self._decoded.keep(view, entity, fields[EVENTS_FIELD], history)
+        return OnlineRow(view.view_name, self._keys[view.view_name], entity, fields, _utc(history.times[-1]))
 
     def _read_view(self, view: FeatureViewSpec, entities: Sequence[str]) -> list[History]:
         with _store_call("read"):  # a stored value that does not decode is the store's failure too
             texts = self.rows.read(view.view_name, self._keys[view.view_name], entities, EVENTS_FIELD)
-            return [decode_history(view, text) for text in texts]
+            return [self._decoded.decode(view, entity, text) for entity, text in zip(entities, texts, strict=True)]
 
     def close(self) -> None:
         self.rows.close()

@@ -10,6 +10,9 @@ from datetime import UTC, datetime, timedelta
 import pandas as pd
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from mlops.contract import DataContract, FeatureSpec, FeatureViewSpec
 from mlops.contracts import BUNDLED_CONTRACT
@@ -137,3 +140,33 @@ def test_delivered_labels_change_a_history_once_and_keep_its_values_and_texts() 
     assert set_labels(view, labelled, {"gone": 1.0}) is None  # no longer kept
     unlabelled = FeatureViewSpec(entity="customer", features=view.features[:1])
     assert set_labels(unlabelled, empty_history(unlabelled), {"a": 1.0}) is None
+
+
+def _nth(view: FeatureViewSpec, history: History, n: int, hours: int, label: float | None,
+         lateness_us: int) -> History | None:
+    """``history`` with its ``n``-th event, at ``hours``, and that event's first answer."""
+    return append_event(view, history, f"e{n:03d}", hours * HOUR, {c: float(n) for c in view.value_columns}, label,
+                        {c: f"x{n % 3}" for c in view.text_columns}, lateness_us=lateness_us,
+                        answer=(float(n), float(hours)))
+
+
+@hypothesis_settings(max_examples=60, deadline=None)
+@given(times=st.lists(st.integers(0, 30 * 24), min_size=1, max_size=40), lateness_hours=st.integers(0, 48),
+       labels=st.lists(st.sampled_from([0.0, 1.0, None]), min_size=40, max_size=40))
+def test_appending_the_newest_event_is_the_general_insert(
+        contract: DataContract, terminals: DataContract, times: list[int], lateness_hours: int,
+        labels: list[float | None]) -> None:
+    """Appending in time order takes the column-wise path; merging one event at a time takes the
+    general one (every event sorted, then pruned): both give the same history, with its bound,
+    labels, texts and first answers, for a view with text columns and one with labels."""
+    for view in (*contract.feature_views, *terminals.feature_views):
+        appended, merged = empty_history(view), empty_history(view)
+        for n, hours in enumerate(sorted(times)):
+            appended = _nth(view, appended, n, hours, labels[n], lateness_hours * HOUR) or appended
+            one = _nth(view, empty_history(view), n, hours, labels[n], 0)
+            assert one is not None
+            merged = merge_histories(view, merged, one, lateness_us=lateness_hours * HOUR)
+        assert (appended.ids, appended.times, appended.complete_from) == (merged.ids, merged.times,
+                                                                          merged.complete_from)
+        assert (appended.values, appended.texts, appended.answers) == (merged.values, merged.texts, merged.answers)
+        assert _labels(appended) == _labels(merged)

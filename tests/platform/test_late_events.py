@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from typing import cast
 
 import pandas as pd
 import pytest
@@ -21,8 +22,9 @@ from mlops.contract import DataContract
 from mlops.feature_replay import replay_features
 from mlops.histories import append_event, empty_history, kept_from, merge_histories
 from mlops.late_events import exact_at
-from mlops.online_features import OnlineFeatures
+from mlops.online_features import LabelledEvent, OnlineEvent, OnlineFeatures, SeenEvent
 from mlops.settings import Settings
+from mlops.sqlite_online import SqliteOnlineRows
 
 pytestmark = pytest.mark.unit
 
@@ -156,3 +158,38 @@ def test_the_skew_check_counts_answers_flagged_inexact_apart(contract: DataContr
     log_served(settings, frame, served, ["amount"], exact=[True, True, True, False])  # ... the last one flagged
     report = check_skew(settings, contract, sample=4, tolerance=1e-9)
     assert (report.compared, report.flagged_inexact, report.differing) == (4, 1, 1)
+
+
+class _TwoWorkers:
+    """Two services' online features on one store, each request recorded by either: each keeps
+    its own decoded histories, so each must notice what the other wrote in between."""
+
+    def __init__(self, first: OnlineFeatures, second: OnlineFeatures, picks: list[bool]) -> None:
+        self.workers, self.picks = (first, second), iter(picks)
+
+    def _next(self) -> OnlineFeatures:
+        return self.workers[next(self.picks, False)]
+
+    def record_events(self, events: list[OnlineEvent]) -> list[SeenEvent]:
+        return self._next().record_events(events)
+
+    def record_labels(self, events: list[LabelledEvent]) -> int:
+        return self._next().record_labels(events)
+
+
+@pytest.fixture(scope="module")
+def second_worker(families: DataContract, online: OnlineFeatures) -> OnlineFeatures:
+    """Another process's view of ``online``'s store: the same file, its own connections and memo."""
+    return OnlineFeatures(SqliteOnlineRows(online.rows.path, online.rows.project),  # type: ignore[attr-defined]
+                          families, lateness=EVERYTHING_KEPT)
+
+
+@hypothesis_settings(max_examples=12, deadline=None)
+@given(data=st.data(), events=EVENTS)
+def test_two_workers_taking_turns_on_one_store_answer_as_the_offline_store(
+        families: DataContract, online: OnlineFeatures, second_worker: OnlineFeatures,
+        data: st.DataObject, events: list[Event]) -> None:
+    order = data.draw(arrivals(len(events)))
+    picks = data.draw(st.lists(st.booleans(), min_size=2 * len(order), max_size=2 * len(order)))
+    check_arrivals(cast(OnlineFeatures, _TwoWorkers(online, second_worker, picks)), families, events, order,
+                   exact_only=True)
