@@ -3,9 +3,10 @@
     .venv/bin/python benchmarks/pipeline_scale.py backfill 1000000 10000000
         the feature backfill alone per size, uniform data next to data whose hottest merchant holds
         30 % of the rows (merchant_id reassigned here; the generator is untouched)
-    .venv/bin/python benchmarks/pipeline_scale.py pipeline 100000 1000000 [--base /tmp/main-base]
-        `mlops pipeline run --runner inline` per size: per-step wall time and peak RSS; with --base,
-        the same run on another checkout's code (e.g. `git worktree add /tmp/main-base main`) beside it
+    .venv/bin/python benchmarks/pipeline_scale.py pipeline 100000 1000000 [--base /tmp/main-base] [--runner kfp]
+        `mlops pipeline run --runner inline` (or kfp: kfp.local, a process per step, the default
+        runner) per size: per-step wall time and peak RSS; with --base, the same run on another
+        checkout's code (e.g. `git worktree add /tmp/main-base main`) beside it
 
 Each measurement runs in a fresh process; peak RSS is sampled from /proc (the process and its
 children) every 50 ms. State lives under a temporary MLOPS_HOME that is removed afterwards.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -63,11 +65,14 @@ def run_measured(command: list[str], env: dict[str, str]) -> tuple[float, dict[s
     assert process.stdout is not None
     for line in process.stdout:
         tail = [*tail[-30:], line]
-        if line.startswith("Executing task '"):
-            current, step_start, peak["step"] = line.split("'")[1], time.perf_counter(), _rss_kb(process.pid)
-        elif line.startswith("Task '") and "finished" in line and current:
+        # kfp.local prefixes its lines with a time and a level and colours the names; the inline runner doesn't.
+        line = re.sub(r"\x1b\[[0-9;]*m", "", line)
+        if (started_step := re.search(r"Executing task '([^']+)'", line)) is not None:
+            current, step_start, peak["step"] = started_step.group(1), time.perf_counter(), _rss_kb(process.pid)
+        elif re.search(r"Task '[^']+' finished", line) and current:
             steps[current] = (time.perf_counter() - step_start, peak["step"])
     code = process.wait()
+    process.stdout.close()
     done.set()
     sampler.join()
     if code != 0:
@@ -117,7 +122,7 @@ def backfill_mode(sizes: list[int], work: Path, env: dict[str, str]) -> None:
         print(f"| {rows:,} | hot / uniform | {h_wall / u_wall:.2f}x | {h_peak / u_peak:.2f}x | |", flush=True)
 
 
-def pipeline_mode(sizes: list[int], work: Path, env: dict[str, str], base: Path | None) -> None:
+def pipeline_mode(sizes: list[int], work: Path, env: dict[str, str], base: Path | None, runner: str) -> None:
     checkouts = {"this branch": None, **({f"base {base}": base} if base else {})}
     for rows in sizes:
         data = work / f"data-{rows}.parquet"
@@ -127,7 +132,7 @@ def pipeline_mode(sizes: list[int], work: Path, env: dict[str, str], base: Path 
             if checkout is not None:  # the other checkout's code first on the path, this venv's libraries
                 run_env["PYTHONPATH"] = f"{checkout / 'platform'}:{checkout}"
             wall, steps, peak = run_measured([PYTHON, "-m", "mlops_cli", "pipeline", "run", "--verbose", str(data),
-                                              "--runner", "inline"], run_env)
+                                              "--runner", runner], run_env)
             per_step = ", ".join(f"{name} {s:.0f} s / {kb / 1e6:.1f} GB" for name, (s, kb) in steps.items())
             print(f"| {rows:,} | {label} | {wall:.0f} s | {peak / 1e6:.2f} GB | {per_step} |", flush=True)
 
@@ -137,6 +142,8 @@ def main() -> None:
     parser.add_argument("mode", choices=["backfill", "pipeline"])
     parser.add_argument("rows", type=int, nargs="+")
     parser.add_argument("--base", type=Path, help="another checkout to run side by side (pipeline mode)")
+    parser.add_argument("--runner", choices=["inline", "kfp"], default="inline",
+                        help="the pipeline's runner (pipeline mode); peak RSS counts every step process")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pipeline-scale-") as tmp:
         env = dict(os.environ, MLOPS_HOME=str(Path(tmp) / "home"))
@@ -144,7 +151,7 @@ def main() -> None:
             backfill_mode(args.rows, Path(tmp), env)
         else:
             print("| rows | code | wall | peak RSS | per step: wall / peak RSS |\n|---|---|---|---|---|")
-            pipeline_mode(args.rows, Path(tmp), env, args.base)
+            pipeline_mode(args.rows, Path(tmp), env, args.base, args.runner)
 
 
 if __name__ == "__main__":

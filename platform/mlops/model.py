@@ -35,11 +35,17 @@ def encode(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Raw frame -> (numeric float32 [N, k] in contract order, category indices int64 [N, c])."""
     numeric = frame[contract.numeric_inputs].to_numpy(dtype=np.float32)
-    columns = []
+    columns: list[np.ndarray] = []
     for name in contract.model_inputs.categorical:
         # Index i+1 for the i-th category; anything else (unseen, missing) maps to UNKNOWN_INDEX.
         lookup = {value: i + 1 for i, value in enumerate(vocabs[name])}
-        columns.append(frame[name].astype(str).map(lookup).fillna(UNKNOWN_INDEX).to_numpy(np.int64))
+        values = frame[name]
+        if isinstance(values.dtype, pd.CategoricalDtype):  # as training reads splits: one lookup per category
+            per_category = np.array([*(lookup.get(str(c), UNKNOWN_INDEX) for c in values.cat.categories),
+                                     UNKNOWN_INDEX], np.int64)  # code -1, a missing value, indexes the last
+            columns.append(per_category[values.cat.codes.to_numpy()])
+        else:
+            columns.append(values.astype(str).map(lookup).fillna(UNKNOWN_INDEX).to_numpy(np.int64))
     categorical = np.stack(columns, axis=1) if columns else np.zeros((len(frame), 0), np.int64)
     return np.ascontiguousarray(numeric), np.ascontiguousarray(categorical)
 

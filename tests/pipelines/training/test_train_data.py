@@ -23,6 +23,7 @@ from pipelines.training.data import (
     read_split,
     sampled_negative_rate,
 )
+from pipelines.training.family_training import read_frame
 
 pytestmark = pytest.mark.unit
 
@@ -58,6 +59,10 @@ def test_reader_encodes_as_the_model_does(data: st.DataObject, splits: Splits, c
     np.testing.assert_array_equal(arrays.labels, frame[contract.label_column].to_numpy(np.float32))
     in_memory = frame_arrays(frame, contract, vocabs, "train")
     np.testing.assert_array_equal(in_memory.categorical, categorical)
+    # The other families read a split as a frame whose text columns are categoricals.
+    read = read_frame(path, contract, "train")
+    assert all(isinstance(read[name].dtype, pd.CategoricalDtype) for name in contract.model_inputs.categorical)
+    np.testing.assert_array_equal(np.hstack(encode(read, contract, vocabs)), np.hstack((numeric, categorical)))
 
 
 def test_reader_ignores_columns_the_model_does_not_read(splits: Splits, contract: DataContract,
