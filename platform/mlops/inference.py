@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 _ERROR_SEVERITY = 3  # onnxruntime: 0 verbose .. 4 fatal
 _STRING_TYPE = "tensor(string)"
 _FLOAT_TYPE = "tensor(float)"
+# Rows per ONNX Runtime call. A tree ensemble's scratch memory grows faster than its rows: scoring 1.5 M
+# rows in one call took 3.3 GB more (450,000 rows: 0.1 GB), so a batch job's rows go a slice at a time.
+RUN_ROWS = 131_072
 
 Rows: TypeAlias = "pd.DataFrame | Sequence[Mapping[str, Any]]"
 
@@ -102,6 +105,10 @@ class OnnxModel:
         return self._run(self._feed(columns))
 
     def _run(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+        rows = max((len(values) for values in feed.values()), default=0)
+        if rows > RUN_ROWS:  # a batch job's rows, a slice per call
+            return np.concatenate([self._run({name: values[start:start + RUN_ROWS] for name, values in feed.items()})
+                                   for start in range(0, rows, RUN_ROWS)])
         outputs = self.session.run([self.output_name], feed)
         return np.asarray(outputs[0], dtype=np.float32).reshape(-1)
 

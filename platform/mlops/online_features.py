@@ -125,7 +125,8 @@ class OnlineFeatures:
     (striped) and the store's own (SQLite's write transaction, or the entity's lock in Redis).
     """
 
-    def __init__(self, rows: OnlineRows, contract: DataContract, *, lateness: timedelta = timedelta(0)) -> None:
+    def __init__(self, rows: OnlineRows, contract: DataContract, *, lateness: timedelta = timedelta(0),
+                 decoded: DecodedHistories | None = None) -> None:
         self.rows = rows
         self.contract = contract
         # How much later than an entity's newest event an event may arrive and still be answered exactly.
@@ -134,7 +135,7 @@ class OnlineFeatures:
         self._keys = {v.view_name: contract.entity(v.entity).join_key for v in contract.feature_views}
         self._answers_view = contract.feature_views[0].view_name  # keeps each event's first answer
         self._entity_locks = [threading.Lock() for _ in range(_LOCK_STRIPES)]
-        self._decoded = DecodedHistories()
+        self._decoded = DecodedHistories() if decoded is None else decoded  # this process's decoded histories
 
     @contextmanager
     def entities_locked(self, entities: Iterable[tuple[str, str]]) -> Iterator[None]:

@@ -28,7 +28,7 @@ def view(contract: DataContract) -> FeatureViewSpec:
 
 
 def test_the_kept_text_reads_as_its_history_and_another_text_is_decoded(view: FeatureViewSpec) -> None:
-    memo = DecodedHistories()
+    memo = DecodedHistories(min_events=1)
     mine, theirs = _history(view, 3), _history(view, 4)
     memo.keep(view, "c1", mine.encode(view), mine)
     assert memo.decode(view, "c1", mine.encode(view)) is mine  # no decode: the very object kept
@@ -42,7 +42,7 @@ def test_the_kept_text_reads_as_its_history_and_another_text_is_decoded(view: Fe
 
 
 def test_the_memo_holds_at_most_its_events_least_recently_used_out(view: FeatureViewSpec) -> None:
-    memo = DecodedHistories(max_events=10)
+    memo = DecodedHistories(max_events=10, min_events=1)
     histories = {f"c{n}": _history(view, 4, prefix=f"c{n}-") for n in range(3)}
     texts = {entity: history.encode(view) for entity, history in histories.items()}
     memo.keep(view, "c0", texts["c0"], histories["c0"])
@@ -55,3 +55,13 @@ def test_the_memo_holds_at_most_its_events_least_recently_used_out(view: Feature
     assert memo.decode(view, "big", _history(view, 11).encode(view)) == decode_history(view, _history(view, 11)
                                                                                       .encode(view))
     assert memo.events <= 10
+
+
+def test_a_short_history_is_decoded_each_time_and_a_long_one_kept(view: FeatureViewSpec) -> None:
+    memo = DecodedHistories(min_events=8)
+    short, long = _history(view, 7), _history(view, 8)
+    memo.keep(view, "card", short.encode(view), short)
+    memo.keep(view, "merchant", long.encode(view), long)
+    assert memo.decode(view, "card", short.encode(view)) is not short
+    assert memo.decode(view, "merchant", long.encode(view)) is long
+    assert (len(memo), memo.events) == (1, 8)

@@ -4,6 +4,7 @@ an event older than the histories reach is flagged, never silently wrong."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import cast
@@ -19,6 +20,7 @@ from late_arrivals import EVENTS, Event, arrivals, check_arrivals, events_frame,
 from feature_repo.online import open_online_features
 from feature_repo.store import publish_features
 from mlops.contract import DataContract
+from mlops.decoded_histories import DecodedHistories
 from mlops.feature_replay import replay_features
 from mlops.histories import append_event, empty_history, kept_from, merge_histories
 from mlops.late_events import exact_at
@@ -45,14 +47,18 @@ def _sqlite_online(families: DataContract, home: object, allowance: timedelta) -
 
 
 @pytest.fixture(scope="module")
-def online(families: DataContract, tmp_path_factory: pytest.TempPathFactory) -> OnlineFeatures:
-    return _sqlite_online(families, tmp_path_factory.mktemp("late"), EVERYTHING_KEPT)
+def online(families: DataContract, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OnlineFeatures]:
+    store = _sqlite_online(families, tmp_path_factory.mktemp("late"), EVERYTHING_KEPT)
+    yield store
+    store.close()
 
 
 @pytest.fixture(scope="module")
-def tight_online(families: DataContract, tmp_path_factory: pytest.TempPathFactory) -> OnlineFeatures:
+def tight_online(families: DataContract, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OnlineFeatures]:
     """No lateness allowance: the histories keep the longest window before their newest event only."""
-    return _sqlite_online(families, tmp_path_factory.mktemp("tight"), timedelta(0))
+    store = _sqlite_online(families, tmp_path_factory.mktemp("tight"), timedelta(0))
+    yield store
+    store.close()
 
 
 @hypothesis_settings(max_examples=12, deadline=None)
@@ -178,18 +184,23 @@ class _TwoWorkers:
 
 
 @pytest.fixture(scope="module")
-def second_worker(families: DataContract, online: OnlineFeatures) -> OnlineFeatures:
-    """Another process's view of ``online``'s store: the same file, its own connections and memo."""
-    return OnlineFeatures(SqliteOnlineRows(online.rows.path, online.rows.project),  # type: ignore[attr-defined]
-                          families, lateness=EVERYTHING_KEPT)
+def two_workers(families: DataContract, online: OnlineFeatures) -> Iterator[tuple[OnlineFeatures, OnlineFeatures]]:
+    """Two processes' views of ``online``'s store: the same file, each its own connections and decoded
+    histories, kept from the first event on (the service keeps only long ones)."""
+    path, project = online.rows.path, online.rows.project  # type: ignore[attr-defined]
+    workers = tuple(OnlineFeatures(SqliteOnlineRows(path, project), families, lateness=EVERYTHING_KEPT,
+                                   decoded=DecodedHistories(min_events=1)) for _ in range(2))
+    yield workers[0], workers[1]
+    for worker in workers:
+        worker.close()
 
 
 @hypothesis_settings(max_examples=12, deadline=None)
 @given(data=st.data(), events=EVENTS)
 def test_two_workers_taking_turns_on_one_store_answer_as_the_offline_store(
-        families: DataContract, online: OnlineFeatures, second_worker: OnlineFeatures,
+        families: DataContract, two_workers: tuple[OnlineFeatures, OnlineFeatures],
         data: st.DataObject, events: list[Event]) -> None:
     order = data.draw(arrivals(len(events)))
     picks = data.draw(st.lists(st.booleans(), min_size=2 * len(order), max_size=2 * len(order)))
-    check_arrivals(cast(OnlineFeatures, _TwoWorkers(online, second_worker, picks)), families, events, order,
+    check_arrivals(cast(OnlineFeatures, _TwoWorkers(*two_workers, picks)), families, events, order,
                    exact_only=True)

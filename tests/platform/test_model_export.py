@@ -14,6 +14,7 @@ import pytest
 import torch
 from onnx import TensorProto, numpy_helper
 
+from mlops import inference
 from mlops.contract import DataContract
 from mlops.data.generator import generate_transactions
 from mlops.errors import ExportParityError, InputError
@@ -188,3 +189,14 @@ def test_inference_module_never_imports_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
     )
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.unit
+def test_a_batch_job_is_scored_a_slice_at_a_time_as_in_one_call(onnx_path: Path, frame: pd.DataFrame,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    scorer = OnnxModel(onnx_path)
+    whole = scorer.predict_proba(frame)
+    monkeypatch.setattr(inference, "RUN_ROWS", 7)  # 3,000 rows: 428 slices of 7 and one of 4
+    sliced = scorer.predict_proba(frame)
+    assert sliced.shape == whole.shape == (len(frame),)
+    np.testing.assert_allclose(sliced, whole, rtol=0, atol=1e-6)
