@@ -4,10 +4,11 @@ each row's features recomputed by brute force from its raw rows, in exact arithm
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from hypothesis import strategies as st
@@ -46,22 +47,39 @@ def stream_frame(events: list[tuple[str, str, timedelta, float]], prefix: str = 
     return pd.DataFrame(rows)
 
 
+_NS = "_ns"  # a row's time in integer nanoseconds since the epoch (UTC), beside its Timestamp
+
+
+def _ns(delta: timedelta) -> int:
+    return delta // timedelta(microseconds=1) * 1000
+
+
+def _rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """``frame``'s rows as dicts, each with its time in integer nanoseconds: the windows below compare
+    integers, exactly, instead of filtering a frame per row and feature."""
+    rows = [{str(name): value for name, value in row.items()} for row in frame.to_dict("records")]
+    for row in rows:
+        row[_NS] = pd.Timestamp(row[TS]).value
+    return rows
+
+
 def brute_force(frame: pd.DataFrame, contract: DataContract, only: pd.Index | None = None) -> pd.DataFrame:
     """Each row's features (or those of the rows ``only`` names) straight from the definition, one
     raw row at a time, against every row of ``frame``."""
     out = []
+    rows = _rows(frame)
     asked = frame if only is None else frame.loc[only]
-    for _, row in asked.iterrows():
-        t = row[TS]
+    for row in _rows(asked):
+        t, t_ns = row[TS], row[_NS]
         values: dict[str, float] = {}
         for view in contract.feature_views:
             key = contract.entity(view.entity).join_key
-            mine = frame[frame[key] == row[key]]
+            mine = [other for other in rows if other[key] == row[key]]
             for feature in view.features:
-                window = feature.window_delta
+                window = _ns(feature.window_delta)
                 if feature.is_label:  # [t - delay - window, t - delay), delivered labels only
-                    seen_by = t - feature.delay_delta
-                    labels = mine[(mine[TS] >= seen_by - window) & (mine[TS] < seen_by)][contract.label_column]
+                    seen_by = t_ns - _ns(feature.delay_delta)
+                    labels = [o[contract.label_column] for o in mine if seen_by - window <= o[_NS] < seen_by]
                     known = [float(label) for label in labels if not pd.isna(label)]
                     values[feature.name] = (math.fsum(known) if feature.agg == "label_count"
                                             else math.fsum(known) / len(known) if known else 0.0)
@@ -71,16 +89,16 @@ def brute_force(frame: pd.DataFrame, contract: DataContract, only: pd.Index | No
                     values[feature.name] = text_feature(feature, mine, row, contract)
                     continue
                 if feature.agg == "seconds_since_previous":
-                    before = mine[mine[TS] < t][TS]
-                    gap = (t - before.max()).total_seconds() if len(before) else math.inf
-                    values[feature.name] = min(gap, window.total_seconds())
+                    before = [o[_NS] for o in mine if o[_NS] < t_ns]
+                    gap = (t_ns - max(before)) / 1e9 if before else math.inf
+                    values[feature.name] = min(gap, window / 1e9)
                     continue
-                inside = mine[(mine[TS] >= t - window) & (mine[TS] < t)]
+                inside = [o for o in mine if t_ns - window <= o[_NS] < t_ns]
                 if feature.agg == "count":
                     values[feature.name] = float(len(inside))
                     continue
                 assert feature.column is not None
-                amounts = [float(a) for a in inside[feature.column]]
+                amounts = [float(o[feature.column]) for o in inside]
                 if feature.uses_current_value:
                     values[feature.name] = exact_score(feature.agg, float(row[feature.column]), amounts)
                     continue
@@ -104,19 +122,26 @@ def _as_text(value: object, dtype: str) -> str | None:
     return str(int(value)) if dtype == "int" else str(value)  # type: ignore[call-overload]
 
 
-def text_feature(feature: FeatureSpec, mine: pd.DataFrame, row: pd.Series, contract: DataContract) -> float:
-    """distinct_count / pair_seen / pair_seconds_since_previous from the entity's raw rows."""
-    t, window, column = row[TS], feature.window_delta, str(feature.column)
+def text_feature(feature: FeatureSpec, mine: Sequence[Mapping[str, Any]], row: Mapping[str, Any],
+                 contract: DataContract) -> float:
+    """distinct_count / pair_seen / pair_seconds_since_previous from the entity's raw rows (as
+    :func:`brute_force` holds them: dicts with their time in nanoseconds)."""
+    t_ns, window, column = row[_NS], _ns(feature.window_delta), str(feature.column)
     dtype = contract.column(column).dtype
-    inside = mine[(mine[TS] >= t - window) & (mine[TS] < t)]
-    texts = [_as_text(v, dtype) for v in inside[column]]
+    inside = [o for o in mine if t_ns - window <= o[_NS] < t_ns]
+    texts = [_as_text(o[column], dtype) for o in inside]
     if feature.agg == "distinct_count":
         return float(len({x for x in texts if x is not None}))
     own = _as_text(row[column], dtype)
-    met = [moment for moment, text in zip(inside[TS], texts, strict=True) if own is not None and text == own]
+    met = [o[_NS] for o, text in zip(inside, texts, strict=True) if own is not None and text == own]
     if feature.agg == "pair_seen":
         return 1.0 if met else 0.0
-    return min((t - max(met)).total_seconds(), window.total_seconds()) if met else window.total_seconds()
+    return min((t_ns - max(met)) / 1e9, window / 1e9) if met else window / 1e9
+
+
+def text_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """``frame``'s rows as :func:`text_feature` reads them."""
+    return _rows(frame)
 
 
 def exact_score(agg: str, value: float, window: list[float]) -> float:
