@@ -5,12 +5,13 @@ read back in order, and integer keys compared as their digits whatever type a re
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 import pytest
 import yaml
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
@@ -152,15 +153,22 @@ def _nth(view: FeatureViewSpec, history: History, n: int, hours: int, label: flo
 
 @hypothesis_settings(max_examples=60, deadline=None)
 @given(times=st.lists(st.integers(0, 30 * 24), min_size=1, max_size=40), lateness_hours=st.integers(0, 48),
-       labels=st.lists(st.sampled_from([0.0, 1.0, None]), min_size=40, max_size=40))
+       labels=st.lists(st.sampled_from([0.0, 1.0, None]), min_size=40, max_size=40),
+       bound_hours=st.none() | st.integers(0, 30 * 24))
+# The oldest event exactly at the cut: nothing is cut off, so the history stays unbounded.
+@example(times=[0, 30 * 24], lateness_hours=0, labels=[None] * 40, bound_hours=None)
+# A bound above every cut (materialized from a store that kept less): appending keeps it.
+@example(times=[0, 24, 48], lateness_hours=0, labels=[None] * 40, bound_hours=30 * 24)
 def test_appending_the_newest_event_is_the_general_insert(
         contract: DataContract, terminals: DataContract, times: list[int], lateness_hours: int,
-        labels: list[float | None]) -> None:
+        labels: list[float | None], bound_hours: int | None) -> None:
     """Appending in time order takes the column-wise path; merging one event at a time takes the
     general one (every event sorted, then pruned): both give the same history, with its bound,
-    labels, texts and first answers, for a view with text columns and one with labels."""
+    labels, texts and first answers, for a view with text columns and one with labels, from a
+    history complete from ``bound_hours`` or never pruned."""
+    bound = None if bound_hours is None else bound_hours * HOUR
     for view in (*contract.feature_views, *terminals.feature_views):
-        appended, merged = empty_history(view), empty_history(view)
+        appended = merged = replace(empty_history(view), complete_from=bound)
         for n, hours in enumerate(sorted(times)):
             appended = _nth(view, appended, n, hours, labels[n], lateness_hours * HOUR) or appended
             one = _nth(view, empty_history(view), n, hours, labels[n], 0)
@@ -170,3 +178,15 @@ def test_appending_the_newest_event_is_the_general_insert(
                                                                           merged.complete_from)
         assert (appended.values, appended.texts, appended.answers) == (merged.values, merged.texts, merged.answers)
         assert _labels(appended) == _labels(merged)
+
+
+def test_a_late_event_keeps_the_bound_of_the_history_it_joins(contract: DataContract) -> None:
+    """An event inserted before the newest (the general path) into a history complete from some time on
+    keeps that bound: nothing older came back with it."""
+    view = contract.feature_views[0]
+    history = replace(_nth(view, _nth(view, empty_history(view), 1, 10, None, 0) or empty_history(view),
+                           2, 20, None, 0) or empty_history(view), complete_from=5 * HOUR)
+    late = _nth(view, history, 3, 15, None, 0)
+    assert late is not None
+    assert late.ids == ("e001", "e003", "e002")
+    assert late.complete_from == 5 * HOUR
