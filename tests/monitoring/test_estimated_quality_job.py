@@ -45,6 +45,17 @@ def _day() -> WindowSpec:
     return WindowSpec(start=datetime.now(UTC) - timedelta(days=1))
 
 
+def _one_day_start(rows: int) -> datetime:
+    """Where ``rows`` predictions one second apart start so that they fall into one UTC day (one bucket of
+    the quality job's ``1D``) and into the last day: just before now, or, in the minutes after midnight,
+    just before midnight. Split across two days, each bucket is a part of the window whose interval
+    was never claimed to hold (a run at 00:25 failed on one)."""
+    now = datetime.now(UTC)
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    start = now - timedelta(seconds=rows + 60)
+    return start if start >= midnight else midnight - timedelta(seconds=rows + 60)
+
+
 @pytest.mark.parametrize("broken", [False, True])
 def test_a_zeroed_feature_raises_the_estimated_level_before_any_label(
         settings: MonitoringSettings, reference: ReferenceProfile, live: Traffic, write_log: LogWriter,
@@ -94,8 +105,10 @@ def test_a_squashed_model_is_flagged_unreliable_once_labels_arrive(
     calibrated, squashed = register_profile(settings, profile), register_profile(settings, profile)
     window = live("none")
     log = PredictionLog(log_dir(settings))
-    write_log(window, log, version=calibrated)
-    write_log(window.assign(probability=0.5 + 0.4 * (window["probability"] - 0.5)), log, version=squashed)
+    start = _one_day_start(len(window))
+    write_log(window, log, version=calibrated, logged_at=start)
+    write_log(window.assign(probability=0.5 + 0.4 * (window["probability"] - 0.5)), log, version=squashed,
+              logged_at=start)
     before = {e.model_version: e for e in run_drift(settings, _day()).estimates}
     assert before[squashed].level != "INFO"
     assert before[calibrated].level == "INFO"
