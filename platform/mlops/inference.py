@@ -105,12 +105,19 @@ class OnnxModel:
         return self._run(self._feed(columns))
 
     def _run(self, feed: dict[str, np.ndarray]) -> np.ndarray:
-        rows = max((len(values) for values in feed.values()), default=0)
-        if rows > RUN_ROWS:  # a batch job's rows, a slice per call
-            return np.concatenate([self._run({name: values[start:start + RUN_ROWS] for name, values in feed.items()})
-                                   for start in range(0, rows, RUN_ROWS)])
-        outputs = self.session.run([self.output_name], feed)
-        return np.asarray(outputs[0], dtype=np.float32).reshape(-1)
+        (probability,) = run_in_slices(self.session, [self.output_name], feed)
+        return np.asarray(probability, dtype=np.float32).reshape(-1)
+
+
+def run_in_slices(session: ort.InferenceSession, outputs: list[str],
+                  feed: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """``session.run(outputs, feed)``, a batch job's rows :data:`RUN_ROWS` at a time, each output joined back."""
+    rows = max((len(values) for values in feed.values()), default=0)
+    if rows <= RUN_ROWS:
+        return [np.asarray(output) for output in session.run(outputs, dict(feed))]
+    parts = [session.run(outputs, {name: values[start:start + RUN_ROWS] for name, values in feed.items()})
+             for start in range(0, rows, RUN_ROWS)]
+    return [np.concatenate([np.asarray(part[i]) for part in parts]) for i in range(len(outputs))]
 
 
 def _columns(rows: Rows) -> Mapping[str, Any]:

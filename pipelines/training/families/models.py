@@ -16,7 +16,7 @@ from scipy.special import expit
 
 from mlops.contract import DataContract
 from mlops.errors import ExportParityError, InputError
-from mlops.inference import OnnxModel
+from mlops.inference import OnnxModel, run_in_slices
 from mlops.model import TabularMLP, encode
 from mlops.onnx_export import NET_PREFIX, OUTPUT_NAME, check_parity, torch_scoring_graph
 from pipelines.training.calibrators import Calibrator
@@ -71,7 +71,7 @@ def _logit_and_probability(onnx_path: Path, frame: pd.DataFrame) -> tuple[np.nda
     graph = onnx.load(str(onnx_path))
     graph.graph.output.append(onnx.helper.make_tensor_value_info(inner, onnx.TensorProto.FLOAT, None))
     session = ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
-    probability, logit = session.run([OUTPUT_NAME, inner], OnnxModel(onnx_path).build_feed(frame))
+    probability, logit = run_in_slices(session, [OUTPUT_NAME, inner], OnnxModel(onnx_path).build_feed(frame))
     return (np.asarray(logit, dtype=np.float64).reshape(-1), np.asarray(probability, dtype=np.float64).reshape(-1))
 
 

@@ -15,6 +15,7 @@ import pytest
 import torch
 from onnx import numpy_helper
 
+from mlops import inference
 from mlops.contract import DataContract
 from mlops.data.generator import generate_transactions
 from mlops.errors import ExportParityError
@@ -107,3 +108,14 @@ def test_a_constant_map_at_the_threshold_is_a_tie_not_a_flip(network: tuple[Tabu
     constant = Calibrator("isotonic", knots=((-1.0, 1.0), (0.02, 0.02)))
     path = _export(net, contract, constant, tmp_path / "model.onnx")
     assert check_calibrated_parity(logits, constant, path, frame, threshold=0.02, tolerance=TOLERANCE) <= TOLERANCE
+
+
+def test_the_check_reads_the_graph_a_slice_at_a_time_as_in_one_call(
+        network: tuple[TabularMLP, np.ndarray], frame: pd.DataFrame, steep: tuple[Calibrator, Path],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ten-million-row run's test split is read in slices (its graph's scratch memory grows faster than its
+    rows): the network's logit and the served probability, joined back, judge as one call does."""
+    logits, (calibrator, path) = network[1], steep
+    whole = check_calibrated_parity(logits, calibrator, path, frame, threshold=0.5, tolerance=TOLERANCE)
+    monkeypatch.setattr(inference, "RUN_ROWS", 7)
+    assert check_calibrated_parity(logits, calibrator, path, frame, threshold=0.5, tolerance=TOLERANCE) == whole

@@ -174,3 +174,10 @@ def test_negative_weights_restore_the_full_data_loss() -> None:
     sampled_negative_loss = float((losses[rows] * weights[rows] * (1 - labels[rows])).sum())
     assert sampled_negative_loss == pytest.approx(full_negative_loss, rel=0.02)
     assert float((weights[rows] * labels[rows]).sum()) == float(labels.sum())  # frauds keep weight 1
+
+
+def test_a_split_without_a_model_input_is_named_in_one_error(splits: Splits, contract: DataContract,
+                                                             tmp_path: Path) -> None:
+    path = _write(splits[0].drop(columns=["amount"]), tmp_path / "train.parquet")
+    with pytest.raises(InputError, match=r"train split .* lacks the model's inputs"):
+        read_frame(path, contract, "train")
